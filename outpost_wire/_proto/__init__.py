@@ -1,0 +1,1 @@
+"""Generated protobuf modules. Do not edit: run ``python scripts/gen_protos.py``."""

@@ -1,0 +1,365 @@
+"""Frame codec: the only module that touches the generated protobuf classes.
+
+Transports hand the codec raw bytes (gRPC with identity serializers, WebSocket binary messages), so
+this is the one place that enforces the frame size limit and decides what counts as malformed:
+
+* :func:`decode_frame` checks the size *before* parsing (:class:`FrameTooLarge`), then raises
+  :class:`MalformedFrame` for bytes that do not parse, an empty ``body`` oneof (which is also what a
+  frame type from a newer protocol looks like), an unknown enum number, or a missing required field
+  (empty ``request_id``, ``edge_id``, no request ``op``, a non-finite number).
+* :func:`encode_frame` raises :class:`FrameTooLarge` when the encoded frame would exceed the limit,
+  and :class:`MalformedFrame` when a dataclass holds a value the wire cannot carry (a negative
+  unsigned integer, a wrong type) or breaks a rule the decoder enforces (``_validate`` serves
+  both directions), so a bad frame fails at its sender, not by tearing down the peer's tunnel.
+* Outcomes (what a request resolves to) have their own message; :func:`encode_outcome` produces the
+  bytes that :class:`~outpost_wire.frames.ResultChunk` frames carry in slices.
+
+:class:`~outpost_wire.errors.ErrorCode` maps to the proto enum by name (``ERROR_CODE_<MEMBER>``);
+the mapping is built and checked for totality at import, so the two cannot drift apart silently.
+Semantic checks that concern one request only (unknown tool, bad JSON input, policy) are not made
+here: they are answered with a :class:`~outpost_wire.frames.Failure` without tearing the tunnel down.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, NoReturn
+
+from google.protobuf.message import DecodeError
+
+from outpost_wire._proto import tunnel_pb2 as pb
+from outpost_wire.errors import ErrorCode, FrameTooLarge, MalformedFrame
+from outpost_wire.frames import (
+    Ack,
+    Cancel,
+    Destroy,
+    Destroyed,
+    Drain,
+    ErrorFrame,
+    Execute,
+    Failure,
+    Frame,
+    Heartbeat,
+    Hello,
+    Operation,
+    Outcome,
+    Provision,
+    Provisioned,
+    Request,
+    ResultChunk,
+    Welcome,
+)
+from outpost_wire.results import ContentBlock, DocumentBlock, ImageBlock, TextBlock, ToolResult
+
+__all__ = [
+    "decode_frame",
+    "decode_outcome",
+    "encode_frame",
+    "encode_outcome",
+    "max_chunk_payload",
+]
+
+_CODE_TO_PB: Final[dict[ErrorCode, int]] = {
+    code: pb.ErrorCode.Value(f"ERROR_CODE_{code.name}") for code in ErrorCode
+}
+_PB_TO_CODE: Final[dict[int, ErrorCode]] = {number: code for code, number in _CODE_TO_PB.items()}
+if set(_PB_TO_CODE) != set(pb.ErrorCode.values()):  # pragma: no cover - guards regeneration drift
+    raise ImportError("tunnel.proto ErrorCode and outpost_wire.errors.ErrorCode differ")
+
+# A ResultChunk frame grows by at most this much when data is added: the data field's tag (1) and
+# length varint (<= 5 below 4 GiB), and the result_chunk length prefix growing from 1 to <= 5 bytes.
+_CHUNK_DATA_OVERHEAD: Final = 10
+_MAX_UINT32: Final = 0xFFFFFFFF
+
+
+# --- frames --------------------------------------------------------------------------------------
+
+
+def encode_frame(frame: Frame, max_frame_bytes: int) -> bytes:
+    """Serialize ``frame``; raise :class:`FrameTooLarge` if it exceeds ``max_frame_bytes``."""
+    try:
+        _validate(frame)
+        msg = _frame_to_pb(frame)
+    except (TypeError, ValueError) as exc:
+        raise MalformedFrame(f"cannot encode {type(frame).__name__}: {exc}") from exc
+    size = msg.ByteSize()
+    if size > max_frame_bytes:
+        raise FrameTooLarge(
+            f"{type(frame).__name__} frame of {size} bytes exceeds the limit of {max_frame_bytes}"
+        )
+    return msg.SerializeToString()
+
+
+def decode_frame(data: bytes, max_frame_bytes: int) -> Frame:
+    """Parse one frame; raise :class:`FrameTooLarge` or :class:`MalformedFrame`."""
+    if len(data) > max_frame_bytes:
+        raise FrameTooLarge(f"frame of {len(data)} bytes exceeds the limit of {max_frame_bytes}")
+    msg = pb.Frame()
+    _parse(msg, data, "frame")
+    frame = _frame_from_pb(msg)
+    _validate(frame)
+    return frame
+
+
+def _frame_from_pb(msg: pb.Frame) -> Frame:
+    kind = msg.WhichOneof("body")
+    if kind == "hello":
+        h = msg.hello
+        return Hello(
+            edge_id=h.edge_id,
+            software_version=h.software_version,
+            protocol_version=h.protocol_version,
+            capabilities=tuple(h.capabilities),
+            policy_digest=h.policy_digest,
+            sandbox_capacity=h.sandbox_capacity,
+            sandboxes_in_use=h.sandboxes_in_use,
+            environment_id=h.environment_id,
+        )
+    if kind == "welcome":
+        w = msg.welcome
+        return Welcome(
+            control_plane_id=w.control_plane_id,
+            software_version=w.software_version,
+            protocol_version=w.protocol_version,
+            heartbeat_interval_s=w.heartbeat_interval_s,
+        )
+    if kind == "heartbeat":
+        b = msg.heartbeat
+        return Heartbeat(seq=b.seq, sent_at_ms=b.sent_at_ms, sandboxes_in_use=b.sandboxes_in_use)
+    if kind == "request":
+        return _request_from_pb(msg.request)
+    if kind == "result_chunk":
+        c = msg.result_chunk
+        return ResultChunk(request_id=c.request_id, index=c.index, last=c.last, data=c.data)
+    if kind == "cancel":
+        return Cancel(request_id=msg.cancel.request_id)
+    if kind == "ack":
+        return Ack(request_id=msg.ack.request_id)
+    if kind == "drain":
+        return Drain(reason=msg.drain.reason, grace_ms=msg.drain.grace_ms)
+    if kind == "error":
+        return ErrorFrame(code=_code_from_pb(msg.error.code), message=msg.error.message)
+    _malformed("frame has no body (empty or unknown frame type)")
+
+
+def max_chunk_payload(request_id: str, max_frame_bytes: int) -> int:
+    """How many outcome bytes fit in one ResultChunk frame for ``request_id``.
+
+    Raises :class:`FrameTooLarge` if not even one byte fits.
+    """
+    probe = pb.Frame(result_chunk=pb.ResultChunk(request_id=request_id, index=_MAX_UINT32, last=True))
+    room = max_frame_bytes - probe.ByteSize() - _CHUNK_DATA_OVERHEAD
+    if room <= 0:
+        raise FrameTooLarge(f"max_frame_bytes={max_frame_bytes} leaves no room for result data")
+    return room
+
+
+def _frame_to_pb(frame: Frame) -> pb.Frame:
+    match frame:
+        case Hello():
+            return pb.Frame(
+                hello=pb.Hello(
+                    edge_id=frame.edge_id,
+                    software_version=frame.software_version,
+                    protocol_version=frame.protocol_version,
+                    capabilities=frame.capabilities,
+                    policy_digest=frame.policy_digest,
+                    sandbox_capacity=frame.sandbox_capacity,
+                    sandboxes_in_use=frame.sandboxes_in_use,
+                    environment_id=frame.environment_id,
+                )
+            )
+        case Welcome():
+            return pb.Frame(
+                welcome=pb.Welcome(
+                    control_plane_id=frame.control_plane_id,
+                    software_version=frame.software_version,
+                    protocol_version=frame.protocol_version,
+                    heartbeat_interval_s=frame.heartbeat_interval_s,
+                )
+            )
+        case Heartbeat():
+            return pb.Frame(
+                heartbeat=pb.Heartbeat(
+                    seq=frame.seq, sent_at_ms=frame.sent_at_ms, sandboxes_in_use=frame.sandboxes_in_use
+                )
+            )
+        case Request():
+            return pb.Frame(request=_request_to_pb(frame))
+        case ResultChunk():
+            return pb.Frame(
+                result_chunk=pb.ResultChunk(
+                    request_id=frame.request_id, index=frame.index, last=frame.last, data=frame.data
+                )
+            )
+        case Cancel():
+            return pb.Frame(cancel=pb.Cancel(request_id=frame.request_id))
+        case Ack():
+            return pb.Frame(ack=pb.Ack(request_id=frame.request_id))
+        case Drain():
+            return pb.Frame(drain=pb.Drain(reason=frame.reason, grace_ms=frame.grace_ms))
+        case ErrorFrame():
+            return pb.Frame(error=pb.Error(code=_code_to_pb(frame.code), message=frame.message))
+    raise TypeError(f"not a frame: {frame!r}")
+
+
+def _request_to_pb(request: Request) -> pb.Request:
+    msg = pb.Request(
+        request_id=request.request_id,
+        session_id=request.session_id,
+        idempotency_key=request.idempotency_key,
+        deadline_ms=request.deadline_ms,
+    )
+    op = request.op
+    match op:
+        case Provision():
+            msg.provision.CopyFrom(
+                pb.Provision(image=op.image, cpus=op.cpus, memory_bytes=op.memory_bytes, pids=op.pids)
+            )
+        case Execute():
+            msg.execute.CopyFrom(pb.Execute(tool=op.tool, input_json=op.input_json, timeout_ms=op.timeout_ms))
+        case Destroy():
+            msg.destroy.SetInParent()
+        case _:
+            raise TypeError(f"not an operation: {op!r}")
+    return msg
+
+
+def _request_from_pb(msg: pb.Request) -> Request:
+    kind = msg.WhichOneof("op")
+    op: Operation
+    if kind == "provision":
+        p = msg.provision
+        op = Provision(image=p.image, cpus=p.cpus, memory_bytes=p.memory_bytes, pids=p.pids)
+    elif kind == "execute":
+        e = msg.execute
+        op = Execute(tool=e.tool, input_json=e.input_json, timeout_ms=e.timeout_ms)
+    elif kind == "destroy":
+        op = Destroy()
+    else:
+        _malformed("request has no op")
+    return Request(
+        request_id=msg.request_id,
+        session_id=msg.session_id,
+        idempotency_key=msg.idempotency_key,
+        deadline_ms=msg.deadline_ms,
+        op=op,
+    )
+
+
+# --- outcomes ------------------------------------------------------------------------------------
+
+
+def encode_outcome(outcome: Outcome) -> bytes:
+    """Serialize what a request resolved to (the payload that ResultChunk frames carry)."""
+    try:
+        msg = _outcome_to_pb(outcome)
+    except (TypeError, ValueError) as exc:
+        raise MalformedFrame(f"cannot encode {type(outcome).__name__}: {exc}") from exc
+    return msg.SerializeToString()
+
+
+def decode_outcome(data: bytes) -> Outcome:
+    """Parse a reassembled outcome; raise :class:`MalformedFrame` if it is not one."""
+    msg = pb.Outcome()
+    _parse(msg, data, "outcome")
+    kind = msg.WhichOneof("kind")
+    if kind == "tool_result":
+        blocks = tuple(_block_from_pb(b) for b in msg.tool_result.content)
+        return ToolResult(content=blocks, is_error=msg.tool_result.is_error)
+    if kind == "provisioned":
+        p = msg.provisioned
+        return Provisioned(sandbox_id=p.sandbox_id, image=p.image, reused=p.reused)
+    if kind == "destroyed":
+        return Destroyed(existed=msg.destroyed.existed)
+    if kind == "failure":
+        return Failure(code=_code_from_pb(msg.failure.code), message=msg.failure.message)
+    _malformed("outcome has no kind")
+
+
+def _outcome_to_pb(outcome: Outcome) -> pb.Outcome:
+    match outcome:
+        case ToolResult():
+            blocks = [_block_to_pb(b) for b in outcome.content]
+            return pb.Outcome(tool_result=pb.ToolResult(content=blocks, is_error=outcome.is_error))
+        case Provisioned():
+            return pb.Outcome(
+                provisioned=pb.Provisioned(
+                    sandbox_id=outcome.sandbox_id, image=outcome.image, reused=outcome.reused
+                )
+            )
+        case Destroyed():
+            return pb.Outcome(destroyed=pb.Destroyed(existed=outcome.existed))
+        case Failure():
+            return pb.Outcome(failure=pb.Failure(code=_code_to_pb(outcome.code), message=outcome.message))
+    raise TypeError(f"not an outcome: {outcome!r}")
+
+
+def _block_to_pb(block: ContentBlock) -> pb.ContentBlock:
+    match block:
+        case TextBlock():
+            return pb.ContentBlock(text=pb.TextBlock(text=block.text))
+        case ImageBlock():
+            return pb.ContentBlock(image=pb.ImageBlock(media_type=block.media_type, data=block.data))
+        case DocumentBlock():
+            return pb.ContentBlock(document=pb.DocumentBlock(media_type=block.media_type, data=block.data))
+    raise TypeError(f"not a content block: {block!r}")
+
+
+def _block_from_pb(msg: pb.ContentBlock) -> ContentBlock:
+    kind = msg.WhichOneof("block")
+    if kind == "text":
+        return TextBlock(text=msg.text.text)
+    if kind == "image":
+        return ImageBlock(media_type=msg.image.media_type, data=msg.image.data)
+    if kind == "document":
+        return DocumentBlock(media_type=msg.document.media_type, data=msg.document.data)
+    _malformed("content block has no kind")
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _validate(frame: Frame) -> None:
+    """Rules a frame must follow beyond its types; checked on encode and on decode alike."""
+    match frame:
+        case Hello():
+            _require(frame.edge_id, "hello.edge_id")
+            _require(frame.protocol_version >= 1, "hello.protocol_version")
+        case Welcome():
+            _require(frame.protocol_version >= 1, "welcome.protocol_version")
+            interval = frame.heartbeat_interval_s
+            _require(math.isfinite(interval) and interval > 0, "welcome.heartbeat_interval_s")
+        case Request():
+            _require(frame.request_id, "request.request_id")
+            if isinstance(frame.op, Provision):
+                _require(math.isfinite(frame.op.cpus) and frame.op.cpus >= 0, "provision.cpus")
+        case ResultChunk() | Cancel() | Ack():
+            _require(frame.request_id, f"{type(frame).__name__}.request_id")
+
+
+def _code_to_pb(code: ErrorCode) -> pb.ErrorCode.ValueType:
+    return pb.ErrorCode.ValueType(_CODE_TO_PB[code])
+
+
+def _code_from_pb(number: int) -> ErrorCode:
+    try:
+        return _PB_TO_CODE[number]
+    except KeyError:
+        _malformed(f"unknown error code {number}")
+
+
+def _parse(msg: pb.Frame | pb.Outcome, data: bytes, what: str) -> None:
+    try:
+        msg.ParseFromString(data)
+    except (DecodeError, ValueError, TypeError) as exc:
+        raise MalformedFrame(f"{what} does not parse: {exc}") from exc
+
+
+def _require(ok: object, field: str) -> None:
+    if not ok:
+        _malformed(f"missing or invalid {field}")
+
+
+def _malformed(message: str) -> NoReturn:
+    raise MalformedFrame(message)
