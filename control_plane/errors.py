@@ -1,0 +1,85 @@
+"""Errors of the control plane.
+
+::
+
+    OutpostError (outpost_wire.errors)
+    └── ControlPlaneError
+        ├── NotFound              a resource, session, edge or event does not exist
+        ├── Conflict              the id exists already
+        │   └── VersionConflict   optimistic concurrency: the resource moved on
+        ├── SequenceConflict      append: the log moved past the caller's expected_seq
+        ├── Fenced                append: the writer's lease epoch is stale (a zombie harness)
+        ├── TokenRejected         enrollment token unknown / expired / used (.reason)
+        ├── InvalidRequest        bad input from a client (.param)
+        └── EdgeUnavailable       no connected edge can serve the environment
+
+Foreign exceptions (sqlite3, grpc, anthropic) are mapped to these where they are called.
+"""
+
+from __future__ import annotations
+
+from outpost_wire.errors import OutpostError
+
+__all__ = [
+    "Conflict",
+    "ControlPlaneError",
+    "EdgeUnavailable",
+    "Fenced",
+    "InvalidRequest",
+    "NotFound",
+    "SequenceConflict",
+    "TokenRejected",
+    "VersionConflict",
+]
+
+
+class ControlPlaneError(OutpostError):
+    """Base class of control-plane errors."""
+
+
+class NotFound(ControlPlaneError):
+    def __init__(self, kind: str, id: str) -> None:
+        super().__init__(f"{kind} {id!r} not found")
+        self.kind = kind
+        self.id = id
+
+
+class Conflict(ControlPlaneError):
+    pass
+
+
+class VersionConflict(Conflict):
+    def __init__(self, kind: str, id: str, expected: int, actual: int) -> None:
+        super().__init__(f"{kind} {id!r} is at version {actual}, not {expected}")
+        self.expected = expected
+        self.actual = actual
+
+
+class SequenceConflict(ControlPlaneError):
+    def __init__(self, session_id: str, expected: int, actual: int) -> None:
+        super().__init__(f"session {session_id!r} log is at seq {actual}, not {expected}")
+        self.expected = expected
+        self.actual = actual
+
+
+class Fenced(ControlPlaneError):
+    def __init__(self, session_id: str, epoch: int, current: int | None) -> None:
+        super().__init__(f"session {session_id!r}: writer epoch {epoch} is fenced (lease epoch {current})")
+        self.epoch = epoch
+        self.current = current
+
+
+class TokenRejected(ControlPlaneError):
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"enrollment token rejected: {reason}")
+        self.reason = reason  # "unknown" | "expired" | "used"
+
+
+class InvalidRequest(ControlPlaneError):
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class EdgeUnavailable(ControlPlaneError):
+    pass
