@@ -1,0 +1,1 @@
+"""The control plane's HTTP API (FastAPI routers, mounted by the application factory)."""

@@ -1,0 +1,291 @@
+"""HTTP routes for enrollment (edge-facing) and edge management (operator-facing).
+
+Two routers, both free of API-key auth; the application mounts them:
+
+* :func:`enroll_router` — ``POST /v1/edges/enroll``. Public: the enrollment token in the body is the
+  credential. Mount it *outside* the API-key middleware.
+* :func:`operator_router` — ``POST /v1/environments/{id}/enrollment_tokens``, ``GET /v1/edges``,
+  ``GET /v1/edges/{id}``, ``POST /v1/edges/{id}/revoke``. Mount it *behind* the API-key middleware.
+
+Errors use the Anthropic API shape ``{"type": "error", "error": {"type": ..., "message": ...}}``:
+400 ``invalid_request_error`` (bad body, query or CSR), 401 ``authentication_error`` (token rejected:
+unknown / expired / used), 404 ``not_found_error``, 413 ``request_too_large``. The routers map these
+themselves (through their route class), so they do not depend on the application's handlers. Error
+messages never echo request input, so a token cannot leak into a response or a log through them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from datetime import datetime
+from typing import Any, Literal
+
+from fastapi import APIRouter, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.types import Message
+
+from control_plane.enroll.service import MAX_TOKEN_TTL_S, EnrollmentService
+from control_plane.errors import InvalidRequest, NotFound, TokenRejected
+from control_plane.store.base import EdgeRecord
+
+__all__ = [
+    "MAX_BODY_BYTES",
+    "AnthropicErrorRoute",
+    "CreateEnrollmentTokenRequest",
+    "EdgeList",
+    "EdgeObject",
+    "EnrollRequest",
+    "EnrollResponse",
+    "EnrollmentTokenObject",
+    "ErrorDetail",
+    "ErrorResponse",
+    "enroll_router",
+    "error_response",
+    "operator_router",
+]
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+# -- wire models -----------------------------------------------------------------------------------------
+class EnrollRequest(BaseModel):
+    """Body of ``POST /v1/edges/enroll``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: str = Field(min_length=1, max_length=512)
+    csr_pem: str = Field(min_length=1, max_length=16 * 1024)
+    name: str = Field(min_length=1, max_length=128)
+
+
+class EnrollResponse(BaseModel):
+    """Answer to a successful enrollment: the edge's certificate and the CA to trust."""
+
+    edge_id: str
+    environment_id: str
+    certificate_pem: str
+    ca_certificate_pem: str
+    tunnel_address: str | None = None  # where the edge dials the tunnel, if the control plane says
+
+
+class CreateEnrollmentTokenRequest(BaseModel):
+    """Body of ``POST /v1/environments/{environment_id}/enrollment_tokens`` (optional)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ttl_seconds: float | None = Field(default=None, gt=0, le=MAX_TOKEN_TTL_S)
+
+
+class EnrollmentTokenObject(BaseModel):
+    """A new enrollment token; ``token`` is shown only in this response."""
+
+    id: str
+    token: str
+    environment_id: str
+    expires_at: datetime
+    ca_fingerprint: str
+
+
+class EdgeObject(BaseModel):
+    """An enrolled edge, as the operator API shows it (no secrets)."""
+
+    type: Literal["edge"] = "edge"
+    id: str
+    environment_id: str
+    name: str
+    cert_serial: str
+    cert_fingerprint: str
+    created_at: datetime
+    cert_not_after: datetime
+    revoked_at: datetime | None = None
+
+    @classmethod
+    def from_record(cls, record: EdgeRecord) -> EdgeObject:
+        """Convert a store record."""
+        return cls(
+            id=record.id,
+            environment_id=record.environment_id,
+            name=record.name,
+            cert_serial=record.cert_serial,
+            cert_fingerprint=record.cert_fingerprint,
+            created_at=record.created_at,
+            cert_not_after=record.cert_not_after,
+            revoked_at=record.revoked_at,
+        )
+
+
+class EdgeList(BaseModel):
+    """A list of edges in the Anthropic list shape (one page: ``has_more`` is always false)."""
+
+    data: list[EdgeObject]
+    has_more: bool = False
+    first_id: str | None = None
+    last_id: str | None = None
+
+
+class ErrorDetail(BaseModel):
+    """The ``error`` member of an error response."""
+
+    type: str
+    message: str
+
+
+class ErrorResponse(BaseModel):
+    """An error in the Anthropic API shape."""
+
+    type: Literal["error"] = "error"
+    error: ErrorDetail
+
+
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "invalid_request_error"},
+    404: {"model": ErrorResponse, "description": "not_found_error"},
+    413: {"model": ErrorResponse, "description": "request_too_large"},
+}
+_ENROLL_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _ERRORS[400],
+    401: {"model": ErrorResponse, "description": "authentication_error: token unknown, expired or used"},
+    413: _ERRORS[413],
+}
+
+
+# -- error mapping -----------------------------------------------------------------------------------------
+class _BodyTooLarge(Exception):
+    pass
+
+
+def error_response(status_code: int, error_type: str, message: str) -> JSONResponse:
+    """An Anthropic-shaped error response."""
+    body = ErrorResponse(error=ErrorDetail(type=error_type, message=message))
+    return JSONResponse(body.model_dump(mode="json"), status_code=status_code)
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    """First validation problem as ``field: message``; never includes the offending input."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid request"
+    first = errors[0]
+    loc = [str(part) for part in first.get("loc", ()) if part not in ("body", "query", "path")]
+    where = ".".join(loc) if loc and not loc[0].isdigit() else "body"
+    message = str(first.get("msg", "invalid value"))
+    if first.get("type") == "json_invalid":
+        message = "body is not valid JSON"
+    return f"{where}: {message}"
+
+
+async def _read_limited(request: Request) -> bytes:
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_BODY_BYTES:
+        raise _BodyTooLarge
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise _BodyTooLarge
+    return bytes(body)
+
+
+class AnthropicErrorRoute(APIRoute):
+    """Route class that caps the body at :data:`MAX_BODY_BYTES` and renders errors in the Anthropic
+    shape. Control-plane errors it does not know are re-raised for the application to handle."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                body = await _read_limited(request)
+            except _BodyTooLarge:
+                return error_response(
+                    413, "request_too_large", f"request body exceeds {MAX_BODY_BYTES} bytes"
+                )
+            replayed = False
+
+            async def receive() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await request.receive()
+
+            try:
+                return await handler(Request(request.scope, receive))
+            except RequestValidationError as exc:
+                return error_response(400, "invalid_request_error", _describe_validation(exc))
+            except TokenRejected as exc:
+                return error_response(401, "authentication_error", str(exc))
+            except InvalidRequest as exc:
+                return error_response(400, "invalid_request_error", str(exc))
+            except NotFound as exc:
+                return error_response(404, "not_found_error", str(exc))
+
+        return handle
+
+
+# -- routers ---------------------------------------------------------------------------------------------
+def enroll_router(service: EnrollmentService, *, tunnel_address: str | None = None) -> APIRouter:
+    """``POST /v1/edges/enroll``: exchange a token and a CSR for a client certificate.
+
+    ``tunnel_address`` (``host:port``), if given, is returned to the edge as where to dial the tunnel.
+    """
+    router = APIRouter(route_class=AnthropicErrorRoute, tags=["enrollment"])
+
+    @router.post("/v1/edges/enroll", response_model=EnrollResponse, responses=_ENROLL_ERRORS)
+    async def enroll_edge(body: EnrollRequest) -> EnrollResponse:
+        enrolled = await service.enroll(body.token, body.csr_pem.encode("utf-8"), body.name)
+        return EnrollResponse(
+            edge_id=enrolled.edge_id,
+            environment_id=enrolled.environment_id,
+            certificate_pem=enrolled.certificate_pem.decode("ascii"),
+            ca_certificate_pem=enrolled.ca_certificate_pem.decode("ascii"),
+            tunnel_address=tunnel_address,
+        )
+
+    return router
+
+
+def operator_router(service: EnrollmentService) -> APIRouter:
+    """Operator routes: issue enrollment tokens, list and revoke edges. Mount behind API-key auth."""
+    router = APIRouter(route_class=AnthropicErrorRoute, tags=["edges"])
+
+    @router.post(
+        "/v1/environments/{environment_id}/enrollment_tokens",
+        response_model=EnrollmentTokenObject,
+        responses=_ERRORS,
+    )
+    async def create_enrollment_token(
+        environment_id: str, response: Response, body: CreateEnrollmentTokenRequest | None = None
+    ) -> EnrollmentTokenObject:
+        ttl_s = body.ttl_seconds if body is not None and body.ttl_seconds is not None else 3600.0
+        issued = await service.create_token(environment_id, ttl_s=ttl_s)
+        response.headers["Cache-Control"] = "no-store"
+        return EnrollmentTokenObject(
+            id=issued.token_id,
+            token=issued.token,
+            environment_id=issued.environment_id,
+            expires_at=issued.expires_at,
+            ca_fingerprint=issued.ca_fingerprint,
+        )
+
+    @router.get("/v1/edges", response_model=EdgeList, responses=_ERRORS)
+    async def list_edges(environment_id: str | None = None) -> EdgeList:
+        edges = [EdgeObject.from_record(r) for r in await service.list_edges(environment_id)]
+        return EdgeList(
+            data=edges,
+            first_id=edges[0].id if edges else None,
+            last_id=edges[-1].id if edges else None,
+        )
+
+    @router.get("/v1/edges/{edge_id}", response_model=EdgeObject, responses=_ERRORS)
+    async def get_edge(edge_id: str) -> EdgeObject:
+        return EdgeObject.from_record(await service.get_edge(edge_id))
+
+    @router.post("/v1/edges/{edge_id}/revoke", response_model=EdgeObject, responses=_ERRORS)
+    async def revoke_edge(edge_id: str) -> EdgeObject:
+        return EdgeObject.from_record(await service.revoke(edge_id))
+
+    return router

@@ -1,0 +1,246 @@
+"""The control plane's store interface: resources, the session event log, leases and edge identity.
+
+Everything above this module talks to :class:`Store` only. Implementations: ``sqlite.SqliteStore``
+(default, one file, WAL) and, later, PostgreSQL. A contract test suite (``tests/contract``) runs against
+every implementation, so a new backend is done when that suite passes.
+
+Rules every implementation follows:
+
+* Methods are ``async``; an implementation that wraps a synchronous driver does so at one seam.
+* Times are timezone-aware UTC ``datetime`` objects, passed in by the caller (``now``) where the
+  outcome depends on them, so tests control the clock.
+* Resource bodies are JSON-compatible dicts; the store does not interpret them except for the
+  fields named in ``list_resources`` filters.
+* No method returns a secret: tokens and API keys are stored and looked up by hash only.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+__all__ = [
+    "ApiKeyRecord",
+    "EdgeRecord",
+    "EnrollmentTokenRecord",
+    "Event",
+    "Lease",
+    "NewEvent",
+    "Order",
+    "Page",
+    "Resource",
+    "Store",
+]
+
+
+class Order(enum.Enum):
+    ASC = "asc"
+    DESC = "desc"
+
+
+@dataclass(frozen=True, slots=True)
+class Resource:
+    """A versioned JSON document of one kind (``agent``, ``environment``, ``session``, ``vault`` ...)."""
+
+    kind: str
+    id: str
+    version: int  # starts at 1, +1 on every update
+    body: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    archived_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    items: list[Resource]
+    next_cursor: str | None  # opaque; pass back as ``cursor`` to get the next page
+    prev_cursor: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``id`` is assigned by the caller (the API or the harness) so that a
+    retried append is idempotent; ``payload`` is the event's JSON without ``id``, ``type`` and
+    ``processed_at``."""
+
+    id: str
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: str
+    session_id: str
+    seq: int  # 1, 2, 3 ... per session, no gaps
+    type: str
+    payload: dict[str, Any]
+    processed_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    session_id: str
+    holder: str  # who holds it (a harness id)
+    epoch: int  # +1 every time the lease changes hands; fences appends
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class EnrollmentTokenRecord:
+    id: str
+    environment_id: str
+    token_hash: str  # sha256 hex of the token; the token itself is never stored
+    created_at: datetime
+    expires_at: datetime
+    used_at: datetime | None = None
+    used_by_edge_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeRecord:
+    id: str
+    environment_id: str
+    name: str
+    cert_serial: str  # hex serial of the client certificate we issued
+    cert_fingerprint: str  # sha256 hex of the certificate's DER
+    created_at: datetime
+    cert_not_after: datetime
+    revoked_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ApiKeyRecord:
+    id: str
+    name: str
+    key_hash: str  # sha256 hex
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class Store(Protocol):
+    """Durable state of the control plane. Errors raised: see ``control_plane.errors``
+    (``NotFound``, ``VersionConflict``, ``SequenceConflict``, ``Fenced``, ``TokenRejected``)."""
+
+    async def close(self) -> None: ...
+
+    # -- resources --------------------------------------------------------------------------
+    async def create_resource(self, kind: str, id: str, body: Mapping[str, Any], now: datetime) -> Resource:
+        """Insert version 1. Raises ``Conflict`` if the id exists."""
+
+    async def get_resource(self, kind: str, id: str, version: int | None = None) -> Resource:
+        """Latest version, or the given one (kept for kinds updated with ``keep_history``)."""
+
+    async def update_resource(
+        self,
+        kind: str,
+        id: str,
+        body: Mapping[str, Any],
+        now: datetime,
+        *,
+        expected_version: int | None = None,
+        keep_history: bool = False,
+    ) -> Resource:
+        """Replace the body, version + 1. ``expected_version`` mismatch raises ``VersionConflict``.
+        With ``keep_history`` the previous version stays readable through ``get_resource(version=)``."""
+
+    async def list_resources(
+        self,
+        kind: str,
+        *,
+        filters: Mapping[str, Any] | None = None,  # top-level body field -> required value
+        created_after: datetime | None = None,  # inclusive bounds
+        created_before: datetime | None = None,
+        include_archived: bool = False,
+        limit: int = 20,
+        cursor: str | None = None,
+        order: Order = Order.DESC,
+    ) -> Page: ...
+
+    async def list_resource_versions(
+        self, kind: str, id: str, *, limit: int = 20, cursor: str | None = None
+    ) -> Page:
+        """Every stored version, newest first."""
+
+    async def archive_resource(self, kind: str, id: str, now: datetime) -> Resource: ...
+
+    async def delete_resource(self, kind: str, id: str) -> None:
+        """Delete the resource; for sessions also their events and lease."""
+
+    # -- the session event log --------------------------------------------------------------
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        now: datetime,
+        *,
+        expected_seq: int | None = None,
+        epoch: int | None = None,
+    ) -> list[Event]:
+        """Durably append ``events`` in order; returns them as stored.
+
+        * Idempotent by event id: events whose id is already in the log are not written again and
+          are returned as stored. If every id is already present the call succeeds whatever
+          ``expected_seq`` says (it is a retry of an append that landed).
+        * ``expected_seq``: the caller's view of the last seq; if the log has moved on, raise
+          ``SequenceConflict`` and write nothing.
+        * ``epoch``: the writer's lease epoch; if the session's lease has a different epoch (or
+          none), raise ``Fenced`` and write nothing. ``None`` means an unfenced writer (the API
+          appending user input).
+        * All-or-nothing: either every new event is written, or none is.
+        """
+
+    async def get_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        types: Sequence[str] | None = None,
+        limit: int | None = None,
+        order: Order = Order.ASC,
+    ) -> list[Event]: ...
+
+    async def last_seq(self, session_id: str) -> int:
+        """0 for an empty log."""
+
+    # -- leases (one harness runs a session at a time) ----------------------------------------
+    async def acquire_lease(self, session_id: str, holder: str, ttl_s: float, now: datetime) -> Lease | None:
+        """Take the lease if it is free or expired (epoch + 1), or renew it if ``holder`` holds it
+        (same epoch). Returns ``None`` if another holder has a live lease."""
+
+    async def renew_lease(
+        self, session_id: str, holder: str, epoch: int, ttl_s: float, now: datetime
+    ) -> Lease | None:
+        """Extend a held lease; ``None`` if it was lost (expired and taken, or released)."""
+
+    async def release_lease(self, session_id: str, holder: str, epoch: int) -> None: ...
+
+    async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
+        """Leases past their expiry, for the harness to ``wake``."""
+
+    # -- enrollment and edges -----------------------------------------------------------------
+    async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None: ...
+
+    async def consume_enrollment_token(
+        self, token_hash: str, edge_id: str, now: datetime
+    ) -> EnrollmentTokenRecord:
+        """Atomically mark the token used. Raises ``TokenRejected`` with reason ``unknown``,
+        ``expired`` or ``used``."""
+
+    async def create_edge(self, record: EdgeRecord) -> None: ...
+
+    async def get_edge(self, edge_id: str) -> EdgeRecord: ...
+
+    async def list_edges(self, environment_id: str | None = None) -> list[EdgeRecord]: ...
+
+    async def revoke_edge(self, edge_id: str, now: datetime) -> EdgeRecord: ...
+
+    # -- API keys ------------------------------------------------------------------------------
+    async def create_api_key(self, record: ApiKeyRecord) -> None: ...
+
+    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None: ...
