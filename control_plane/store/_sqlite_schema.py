@@ -1,0 +1,126 @@
+"""The SQLite schema, as an ordered list of migrations (private to the store).
+
+``MIGRATIONS[n]`` takes the database from version ``n`` to ``n + 1``. ``migrate`` runs at open, in
+one transaction, and records the versions it applied in ``schema_version``. Append new migrations;
+never edit one that has shipped.
+
+Times are integer microseconds since the Unix epoch (UTC); documents are JSON text.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from control_plane.errors import ControlPlaneError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: the initial schema
+    (
+        """
+        CREATE TABLE resources (
+            kind        TEXT NOT NULL,
+            id          TEXT NOT NULL,
+            version     INTEGER NOT NULL,
+            body        TEXT NOT NULL,
+            created_at  INTEGER NOT NULL,
+            updated_at  INTEGER NOT NULL,
+            archived_at INTEGER,
+            PRIMARY KEY (kind, id)
+        )
+        """,
+        "CREATE INDEX resources_by_created ON resources (kind, created_at, id)",
+        """
+        CREATE TABLE resource_versions (
+            kind        TEXT NOT NULL,
+            id          TEXT NOT NULL,
+            version     INTEGER NOT NULL,
+            body        TEXT NOT NULL,
+            created_at  INTEGER NOT NULL,
+            updated_at  INTEGER NOT NULL,
+            archived_at INTEGER,
+            PRIMARY KEY (kind, id, version),
+            FOREIGN KEY (kind, id) REFERENCES resources (kind, id) ON DELETE CASCADE
+        ) WITHOUT ROWID
+        """,
+        """
+        CREATE TABLE events (
+            session_id   TEXT NOT NULL,
+            seq          INTEGER NOT NULL,
+            id           TEXT NOT NULL,
+            type         TEXT NOT NULL,
+            payload      TEXT NOT NULL,
+            processed_at INTEGER NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID
+        """,
+        # Named (not a UNIQUE table constraint) so that queries can insist on it with INDEXED BY.
+        "CREATE UNIQUE INDEX events_by_id ON events (session_id, id)",
+        """
+        CREATE TABLE leases (
+            session_id TEXT PRIMARY KEY,
+            holder     TEXT,              -- NULL once released; the epoch keeps counting
+            epoch      INTEGER NOT NULL,
+            expires_at INTEGER NOT NULL
+        )
+        """,
+        "CREATE INDEX leases_by_expiry ON leases (expires_at) WHERE holder IS NOT NULL",
+        """
+        CREATE TABLE enrollment_tokens (
+            id              TEXT PRIMARY KEY,
+            environment_id  TEXT NOT NULL,
+            token_hash      TEXT NOT NULL UNIQUE,
+            created_at      INTEGER NOT NULL,
+            expires_at      INTEGER NOT NULL,
+            used_at         INTEGER,
+            used_by_edge_id TEXT
+        )
+        """,
+        """
+        CREATE TABLE edges (
+            id               TEXT PRIMARY KEY,
+            environment_id   TEXT NOT NULL,
+            name             TEXT NOT NULL,
+            cert_serial      TEXT NOT NULL,
+            cert_fingerprint TEXT NOT NULL,
+            created_at       INTEGER NOT NULL,
+            cert_not_after   INTEGER NOT NULL,
+            revoked_at       INTEGER
+        )
+        """,
+        "CREATE INDEX edges_by_environment ON edges (environment_id, created_at, id)",
+        """
+        CREATE TABLE api_keys (
+            id         TEXT PRIMARY KEY,
+            name       TEXT NOT NULL,
+            key_hash   TEXT NOT NULL UNIQUE,
+            created_at INTEGER NOT NULL,
+            revoked_at INTEGER
+        )
+        """,
+    ),
+)
+
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> None:
+    """Bring the database up to ``SCHEMA_VERSION`` (the connection is in autocommit mode)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER PRIMARY KEY)")
+        current = conn.execute("SELECT coalesce(max(version), 0) FROM schema_version").fetchone()[0]
+        if current > SCHEMA_VERSION:
+            raise ControlPlaneError(
+                f"the database is at schema version {current}, newer than this build ({SCHEMA_VERSION})"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (version,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

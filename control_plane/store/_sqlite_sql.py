@@ -1,0 +1,152 @@
+"""SQL texts and row conversions of the SQLite store (private to ``control_plane.store``).
+
+Statements have a fixed text. The few that ``sqlite.py`` builds at run time (``list_resources``,
+the ``IN`` lists) interpolate only fixed fragments and ``?`` placeholders: every value is bound.
+Rows come back as tuples in the column order of the statements here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from control_plane.store import _codec as codec
+from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord, Event, Resource
+
+__all__ = [
+    "EVENT_COLUMNS",
+    "FIND_API_KEY",
+    "GET_EDGE",
+    "GET_ENROLLMENT_BY_HASH",
+    "GET_RESOURCE",
+    "GET_RESOURCE_VERSION",
+    "INSERT_API_KEY",
+    "INSERT_EDGE",
+    "INSERT_ENROLLMENT",
+    "INSERT_EVENT",
+    "LIST_EDGES",
+    "LIST_EDGES_OF_ENVIRONMENT",
+    "MARK_ENROLLMENT_USED",
+    "OLDER_VERSIONS",
+    "RESOURCE_COLUMNS",
+    "Row",
+    "edge_from_row",
+    "events_from_rows",
+    "filter_sql",
+    "resource_from_row",
+    "token_from_row",
+]
+
+RESOURCE_COLUMNS = "id, version, body, created_at, updated_at, archived_at"
+EVENT_COLUMNS = "id, seq, type, payload, processed_at"
+
+GET_RESOURCE = (
+    "SELECT id, version, body, created_at, updated_at, archived_at FROM resources WHERE kind = ? AND id = ?"
+)
+GET_RESOURCE_VERSION = (
+    "SELECT id, version, body, created_at, updated_at, archived_at"
+    " FROM resource_versions WHERE kind = ? AND id = ? AND version = ?"
+)
+OLDER_VERSIONS = (
+    "SELECT id, version, body, created_at, updated_at, archived_at"
+    " FROM resource_versions WHERE kind = ? AND id = ? AND version < ?"
+    " ORDER BY version DESC LIMIT ?"
+)
+INSERT_EVENT = (
+    "INSERT INTO events (session_id, seq, id, type, payload, processed_at) VALUES (?, ?, ?, ?, ?, ?)"
+)
+INSERT_ENROLLMENT = (
+    "INSERT INTO enrollment_tokens"
+    " (id, environment_id, token_hash, created_at, expires_at, used_at, used_by_edge_id)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+GET_ENROLLMENT_BY_HASH = (
+    "SELECT id, environment_id, token_hash, created_at, expires_at, used_at, used_by_edge_id"
+    " FROM enrollment_tokens WHERE token_hash = ?"
+)
+MARK_ENROLLMENT_USED = (
+    "UPDATE enrollment_tokens SET used_at = ?, used_by_edge_id = ? WHERE id = ? AND used_at IS NULL"
+)
+INSERT_EDGE = (
+    "INSERT INTO edges"
+    " (id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_EDGE_SELECT = (
+    "SELECT id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at"
+    " FROM edges"
+)
+GET_EDGE = _EDGE_SELECT + " WHERE id = ?"
+LIST_EDGES = _EDGE_SELECT + " ORDER BY created_at, id"
+LIST_EDGES_OF_ENVIRONMENT = _EDGE_SELECT + " WHERE environment_id = ? ORDER BY created_at, id"
+INSERT_API_KEY = "INSERT INTO api_keys (id, name, key_hash, created_at, revoked_at) VALUES (?, ?, ?, ?, ?)"
+FIND_API_KEY = "SELECT id, name, key_hash, created_at, revoked_at FROM api_keys WHERE key_hash = ?"
+
+Row = tuple[Any, ...]
+
+
+def resource_from_row(kind: str, row: Row) -> Resource:
+    id, version, body, created_us, updated_us, archived_us = row
+    return Resource(
+        kind=kind,
+        id=id,
+        version=version,
+        body=codec.loads(body),
+        created_at=codec.from_us(created_us),
+        updated_at=codec.from_us(updated_us),
+        archived_at=codec.opt_from_us(archived_us),
+    )
+
+
+def events_from_rows(session_id: str, rows: Iterable[Row]) -> list[Event]:
+    """Rows (id, seq, type, payload, processed_at) as events. A whole replay goes through here, so
+    it caches the timestamps (a batch shares one) and binds what it calls locally."""
+    times: dict[int, datetime] = {}
+    loads, from_us = codec.loads, codec.from_us
+    out: list[Event] = []
+    for id, seq, type, payload, processed_us in rows:
+        processed_at = times.get(processed_us)
+        if processed_at is None:
+            processed_at = times[processed_us] = from_us(processed_us)
+        out.append(Event(id, session_id, seq, type, loads(payload), processed_at))
+    return out
+
+
+def token_from_row(row: Row) -> EnrollmentTokenRecord:
+    id, environment_id, token_hash, created_us, expires_us, used_us, used_by = row
+    return EnrollmentTokenRecord(
+        id=id,
+        environment_id=environment_id,
+        token_hash=token_hash,
+        created_at=codec.from_us(created_us),
+        expires_at=codec.from_us(expires_us),
+        used_at=codec.opt_from_us(used_us),
+        used_by_edge_id=used_by,
+    )
+
+
+def edge_from_row(row: Row) -> EdgeRecord:
+    id, environment_id, name, serial, fingerprint, created_us, not_after_us, revoked_us = row
+    return EdgeRecord(
+        id=id,
+        environment_id=environment_id,
+        name=name,
+        cert_serial=serial,
+        cert_fingerprint=fingerprint,
+        created_at=codec.from_us(created_us),
+        cert_not_after=codec.from_us(not_after_us),
+        revoked_at=codec.opt_from_us(revoked_us),
+    )
+
+
+def filter_sql(name: str, value: codec.FilterValue) -> tuple[str, list[Any]]:
+    """SQL for one ``list_resources`` filter, with the semantics of ``codec.filter_matches``."""
+    path = f'$."{name}"'
+    if value is None:
+        return "json_extract(body, ?) IS NULL", [path]
+    if isinstance(value, bool):
+        return "json_type(body, ?) = ?", [path, "true" if value else "false"]
+    if isinstance(value, int | float):
+        return "json_type(body, ?) IN ('integer', 'real') AND json_extract(body, ?) = ?", [path, path, value]
+    return "json_type(body, ?) = 'text' AND json_extract(body, ?) = ?", [path, path, value]

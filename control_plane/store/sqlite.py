@@ -1,0 +1,578 @@
+"""The default durable :class:`~control_plane.store.base.Store`: one SQLite file in WAL mode.
+
+Writes go through one writer thread that group-commits (``_sqlite_engine``): appends that arrive
+while a commit is in progress share the next transaction and its fsync, and each caller's work runs
+in its own savepoint so it succeeds or fails alone. Reads run on a small pool of read-only
+connections. Commits are durable (``synchronous=FULL``) before a write call returns.
+
+The schema (``_sqlite_schema``) is created or migrated when the store opens. Times are stored as
+integer microseconds, documents as JSON text; the event log is clustered by ``(session_id, seq)``
+so any slice of a session is one range scan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from collections.abc import Iterator, Mapping, Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from control_plane.errors import (
+    Conflict,
+    Fenced,
+    NotFound,
+    SequenceConflict,
+    TokenRejected,
+    VersionConflict,
+)
+from control_plane.store import _codec as codec
+from control_plane.store._sqlite_engine import SqliteConfig, SqliteEngine
+from control_plane.store._sqlite_schema import migrate
+from control_plane.store._sqlite_sql import (
+    EVENT_COLUMNS,
+    FIND_API_KEY,
+    GET_EDGE,
+    GET_ENROLLMENT_BY_HASH,
+    GET_RESOURCE,
+    GET_RESOURCE_VERSION,
+    INSERT_API_KEY,
+    INSERT_EDGE,
+    INSERT_ENROLLMENT,
+    INSERT_EVENT,
+    LIST_EDGES,
+    LIST_EDGES_OF_ENVIRONMENT,
+    MARK_ENROLLMENT_USED,
+    OLDER_VERSIONS,
+    RESOURCE_COLUMNS,
+    Row,
+    edge_from_row,
+    events_from_rows,
+    filter_sql,
+    resource_from_row,
+    token_from_row,
+)
+from control_plane.store.base import (
+    ApiKeyRecord,
+    EdgeRecord,
+    EnrollmentTokenRecord,
+    Event,
+    Lease,
+    NewEvent,
+    Order,
+    Page,
+    Resource,
+)
+
+__all__ = ["SqliteConfig", "SqliteStore"]
+
+_ID_CHUNK = 500  # event ids looked up per statement (well below SQLite's bound-parameter limit)
+_GC_PAUSE_ROWS = 2_000  # reads that may return this many events pause the garbage collector
+
+
+class SqliteStore:
+    """A :class:`~control_plane.store.base.Store` in one SQLite file.
+
+    Opening creates the parent directory (mode 0700) and the file (mode 0600) if missing, switches
+    the file to WAL mode and migrates the schema; it is quick blocking I/O, meant for startup.
+    """
+
+    def __init__(self, path: str | Path, config: SqliteConfig | None = None) -> None:
+        self._engine = SqliteEngine(Path(path), config or SqliteConfig(), migrate)
+
+    @property
+    def path(self) -> Path:
+        return self._engine.path
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self._engine.close()
+
+    # -- resources --------------------------------------------------------------------------
+
+    async def create_resource(self, kind: str, id: str, body: Mapping[str, Any], now: datetime) -> Resource:
+        text = codec.dumps(body, "body")
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Resource:
+            try:
+                conn.execute(
+                    "INSERT INTO resources (kind, id, version, body, created_at, updated_at)"
+                    " VALUES (?, ?, 1, ?, ?, ?)",
+                    (kind, id, text, now_us, now_us),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"{kind} {id!r} exists already") from exc
+            return resource_from_row(kind, (id, 1, text, now_us, now_us, None))
+
+        return await self._engine.write(run)
+
+    async def get_resource(self, kind: str, id: str, version: int | None = None) -> Resource:
+        def run(conn: sqlite3.Connection) -> Resource:
+            row = conn.execute(GET_RESOURCE, (kind, id)).fetchone()
+            if row is None:
+                raise NotFound(kind, id)
+            if version is None or version == row[1]:
+                return resource_from_row(kind, row)
+            old = conn.execute(GET_RESOURCE_VERSION, (kind, id, version)).fetchone()
+            if old is None:
+                raise NotFound(f"{kind} version {version}", id)
+            return resource_from_row(kind, old)
+
+        return await self._engine.read(run)
+
+    async def update_resource(
+        self,
+        kind: str,
+        id: str,
+        body: Mapping[str, Any],
+        now: datetime,
+        *,
+        expected_version: int | None = None,
+        keep_history: bool = False,
+    ) -> Resource:
+        text = codec.dumps(body, "body")
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Resource:
+            key = (kind, id)
+            row = conn.execute(GET_RESOURCE, key).fetchone()
+            if row is None:
+                raise NotFound(kind, id)
+            current = row[1]
+            if expected_version is not None and expected_version != current:
+                raise VersionConflict(kind, id, expected_version, current)
+            if keep_history:
+                conn.execute(
+                    "INSERT OR REPLACE INTO resource_versions"
+                    " (kind, id, version, body, created_at, updated_at, archived_at)"
+                    " SELECT kind, id, version, body, created_at, updated_at, archived_at"
+                    " FROM resources WHERE kind = ? AND id = ?",
+                    key,
+                )
+            conn.execute(
+                "UPDATE resources SET version = ?, body = ?, updated_at = ? WHERE kind = ? AND id = ?",
+                (current + 1, text, now_us, *key),
+            )
+            return resource_from_row(kind, (id, current + 1, text, row[3], now_us, row[5]))
+
+        return await self._engine.write(run)
+
+    async def list_resources(
+        self,
+        kind: str,
+        *,
+        filters: Mapping[str, Any] | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_archived: bool = False,
+        limit: int = 20,
+        cursor: str | None = None,
+        order: Order = Order.DESC,
+    ) -> Page:
+        wanted = codec.check_filters(filters)
+        codec.check_limit(limit)
+        position = None if cursor is None else codec.decode_resource_cursor(cursor)
+        where: list[str] = ["kind = ?"]
+        params: list[Any] = [kind]
+        if not include_archived:
+            where.append("archived_at IS NULL")
+        if created_after is not None:
+            where.append("created_at >= ?")
+            params.append(codec.to_us(created_after, "created_after"))
+        if created_before is not None:
+            where.append("created_at <= ?")
+            params.append(codec.to_us(created_before, "created_before"))
+        for name, value in wanted.items():
+            clause, args = filter_sql(name, value)
+            where.append(clause)
+            params.extend(args)
+        base = " AND ".join(where)
+        asc = order is Order.ASC
+        # In the listing order, "later" rows have a greater key when ascending, a smaller one when not.
+        later, earlier = (">", "<") if asc else ("<", ">")
+
+        def fetch(conn: sqlite3.Connection, op: str, key: tuple[int, str] | None, forward: bool) -> list[Row]:
+            """Up to ``limit + 1`` rows past ``key``, walking forward or backward in listing order."""
+            condition = f"{base} AND (created_at, id) {op} (?, ?)" if key else base
+            direction = "ASC" if forward == asc else "DESC"
+            sql = (
+                f"SELECT {RESOURCE_COLUMNS} FROM resources WHERE {condition}"  # noqa: S608 (fixed fragments)
+                f" ORDER BY created_at {direction}, id {direction} LIMIT ?"
+            )
+            return conn.execute(sql, (*params, *(key or ()), limit + 1)).fetchall()
+
+        def exists(conn: sqlite3.Connection, op: str, key: tuple[int, str]) -> bool:
+            sql = f"SELECT 1 FROM resources WHERE {base} AND (created_at, id) {op} (?, ?) LIMIT 1"  # noqa: S608
+            return conn.execute(sql, (*params, *key)).fetchone() is not None
+
+        def run(conn: sqlite3.Connection) -> Page:
+            if position is None:
+                rows = fetch(conn, later, None, True)
+                page, has_prev, has_next = rows[:limit], False, len(rows) > limit
+            elif position.direction == "next":
+                rows = fetch(conn, later, (position.created_us, position.id), True)
+                page, has_next = rows[:limit], len(rows) > limit
+                has_prev = bool(page) and exists(conn, earlier, (page[0][3], page[0][0]))
+            else:
+                rows = fetch(conn, earlier, (position.created_us, position.id), False)
+                page, has_prev = rows[:limit][::-1], len(rows) > limit
+                has_next = bool(page) and exists(conn, later, (page[-1][3], page[-1][0]))
+            if not page:
+                return Page(items=[], next_cursor=None, prev_cursor=None)
+            first, last = page[0], page[-1]
+            return Page(
+                items=[resource_from_row(kind, row) for row in page],
+                next_cursor=codec.encode_resource_cursor("next", last[3], last[0]) if has_next else None,
+                prev_cursor=codec.encode_resource_cursor("prev", first[3], first[0]) if has_prev else None,
+            )
+
+        return await self._engine.read(run)
+
+    async def list_resource_versions(
+        self, kind: str, id: str, *, limit: int = 20, cursor: str | None = None
+    ) -> Page:
+        codec.check_limit(limit)
+        below = None if cursor is None else codec.decode_version_cursor(cursor)
+
+        def run(conn: sqlite3.Connection) -> Page:
+            current = conn.execute(GET_RESOURCE, (kind, id)).fetchone()
+            if current is None:
+                raise NotFound(kind, id)
+            rows: list[Row] = []
+            if below is None or current[1] < below:
+                rows.append(current)
+            rows += conn.execute(
+                OLDER_VERSIONS, (kind, id, current[1] if below is None else min(below, current[1]), limit + 1)
+            ).fetchall()
+            page = rows[:limit]
+            next_cursor = codec.encode_version_cursor(page[-1][1]) if len(rows) > limit else None
+            return Page(items=[resource_from_row(kind, row) for row in page], next_cursor=next_cursor)
+
+        return await self._engine.read(run)
+
+    async def archive_resource(self, kind: str, id: str, now: datetime) -> Resource:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> Resource:
+            conn.execute(
+                "UPDATE resources SET archived_at = ?, updated_at = ?"
+                " WHERE kind = ? AND id = ? AND archived_at IS NULL",
+                (now_us, now_us, kind, id),
+            )
+            row = conn.execute(GET_RESOURCE, (kind, id)).fetchone()
+            if row is None:
+                raise NotFound(kind, id)
+            return resource_from_row(kind, row)
+
+        return await self._engine.write(run)
+
+    async def delete_resource(self, kind: str, id: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            # resource_versions rows go with the resource (ON DELETE CASCADE).
+            if conn.execute("DELETE FROM resources WHERE kind = ? AND id = ?", (kind, id)).rowcount == 0:
+                raise NotFound(kind, id)
+            if kind == "session":
+                conn.execute("DELETE FROM events WHERE session_id = ?", (id,))
+                conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
+
+        await self._engine.write(run)
+
+    # -- the session event log --------------------------------------------------------------
+
+    async def append(
+        self,
+        session_id: str,
+        events: Sequence[NewEvent],
+        now: datetime,
+        *,
+        expected_seq: int | None = None,
+        epoch: int | None = None,
+    ) -> list[Event]:
+        codec.check_new_events(events)
+        now_us = codec.to_us(now)
+        events = list(events)
+
+        def run(conn: sqlite3.Connection) -> list[Event]:
+            if epoch is not None:
+                row = conn.execute(
+                    "SELECT holder, epoch FROM leases WHERE session_id = ?", (session_id,)
+                ).fetchone()
+                current = None if row is None or row[0] is None else row[1]
+                if current != epoch:
+                    raise Fenced(session_id, epoch, current)
+            stored: dict[str, Event] = {}
+            for start in range(0, len(events), _ID_CHUNK):
+                ids = [e.id for e in events[start : start + _ID_CHUNK]]
+                marks = ", ".join("?" * len(ids))
+                # Without INDEXED BY the planner may walk the whole session by seq to test the ids.
+                sql = (
+                    f"SELECT {EVENT_COLUMNS} FROM events INDEXED BY events_by_id"  # noqa: S608 (placeholders)
+                    f" WHERE session_id = ? AND id IN ({marks})"
+                )
+                rows = conn.execute(sql, (session_id, *ids)).fetchall()
+                stored.update((event.id, event) for event in events_from_rows(session_id, rows))
+            fresh = [e for e in events if e.id not in stored]
+            if fresh:
+                last = conn.execute(
+                    "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?", (session_id,)
+                ).fetchone()[0]
+                if expected_seq is not None and expected_seq != last:
+                    raise SequenceConflict(session_id, expected_seq, last)
+                written: list[Row] = []
+
+                def rows_to_insert() -> Iterator[Row]:
+                    # Serialized one by one as SQLite inserts them: a payload that fails half-way
+                    # through aborts the statement, and the savepoint takes back the rows before it.
+                    for seq, event in enumerate(fresh, start=last + 1):
+                        payload = codec.dumps(event.payload, "events.payload")
+                        written.append((event.id, seq, event.type, payload, now_us))
+                        yield (session_id, seq, event.id, event.type, payload, now_us)
+
+                conn.executemany(INSERT_EVENT, rows_to_insert())
+                stored.update((event.id, event) for event in events_from_rows(session_id, written))
+            return [stored[e.id] for e in events]
+
+        return await self._engine.write(run)
+
+    async def get_events(
+        self,
+        session_id: str,
+        *,
+        after_seq: int = 0,
+        before_seq: int | None = None,
+        types: Sequence[str] | None = None,
+        limit: int | None = None,
+        order: Order = Order.ASC,
+    ) -> list[Event]:
+        if (types is not None and not types) or (limit is not None and limit <= 0):
+            return []
+        sql = "SELECT id, seq, type, payload, processed_at FROM events WHERE session_id = ? AND seq > ?"
+        params: list[Any] = [session_id, after_seq]
+        if before_seq is not None:
+            sql += " AND seq < ?"
+            params.append(before_seq)
+        if types is not None:
+            sql += f" AND type IN ({', '.join('?' * len(types))})"
+            params.extend(types)
+        sql += " ORDER BY seq ASC" if order is Order.ASC else " ORDER BY seq DESC"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+
+        # A long read decodes row by row straight from the cursor, with the garbage collector paused.
+        long_read = limit is None or limit >= _GC_PAUSE_ROWS
+
+        def run(conn: sqlite3.Connection) -> list[Event]:
+            with codec.paused_gc() if long_read else contextlib.nullcontext():
+                return events_from_rows(session_id, conn.execute(sql, params))
+
+        return await self._engine.read(run)
+
+    async def last_seq(self, session_id: str) -> int:
+        def run(conn: sqlite3.Connection) -> int:
+            sql = "SELECT coalesce(max(seq), 0) FROM events WHERE session_id = ?"
+            last: int = conn.execute(sql, (session_id,)).fetchone()[0]
+            return last
+
+        return await self._engine.read(run)
+
+    # -- leases -----------------------------------------------------------------------------
+
+    async def acquire_lease(self, session_id: str, holder: str, ttl_s: float, now: datetime) -> Lease | None:
+        now_us = codec.to_us(now)
+        expires_us = codec.to_us(now + timedelta(seconds=ttl_s))
+
+        def run(conn: sqlite3.Connection) -> Lease | None:
+            row = conn.execute(
+                "SELECT holder, epoch, expires_at FROM leases WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            if row is None:
+                epoch = 1
+                conn.execute(
+                    "INSERT INTO leases (session_id, holder, epoch, expires_at) VALUES (?, ?, 1, ?)",
+                    (session_id, holder, expires_us),
+                )
+            elif row[0] is not None and row[2] > now_us:  # a live lease
+                if row[0] != holder:
+                    return None
+                epoch = row[1]
+                conn.execute(
+                    "UPDATE leases SET expires_at = ? WHERE session_id = ?", (expires_us, session_id)
+                )
+            else:  # released or expired: it changes hands
+                epoch = row[1] + 1
+                conn.execute(
+                    "UPDATE leases SET holder = ?, epoch = ?, expires_at = ? WHERE session_id = ?",
+                    (holder, epoch, expires_us, session_id),
+                )
+            return Lease(session_id, holder, epoch, codec.from_us(expires_us))
+
+        return await self._engine.write(run)
+
+    async def renew_lease(
+        self, session_id: str, holder: str, epoch: int, ttl_s: float, now: datetime
+    ) -> Lease | None:
+        expires_us = codec.to_us(now + timedelta(seconds=ttl_s))
+
+        def run(conn: sqlite3.Connection) -> Lease | None:
+            renewed = conn.execute(
+                "UPDATE leases SET expires_at = ? WHERE session_id = ? AND holder = ? AND epoch = ?",
+                (expires_us, session_id, holder, epoch),
+            ).rowcount
+            return Lease(session_id, holder, epoch, codec.from_us(expires_us)) if renewed else None
+
+        return await self._engine.write(run)
+
+    async def release_lease(self, session_id: str, holder: str, epoch: int) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "UPDATE leases SET holder = NULL WHERE session_id = ? AND holder = ? AND epoch = ?",
+                (session_id, holder, epoch),
+            )
+
+        await self._engine.write(run)
+
+    async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
+        now_us = codec.to_us(now)
+        codec.check_limit(limit)
+
+        def run(conn: sqlite3.Connection) -> list[Lease]:
+            rows = conn.execute(
+                "SELECT session_id, holder, epoch, expires_at FROM leases"
+                " WHERE holder IS NOT NULL AND expires_at <= ? ORDER BY expires_at, session_id LIMIT ?",
+                (now_us, limit),
+            ).fetchall()
+            return [Lease(s, h, e, codec.from_us(x)) for s, h, e, x in rows]
+
+        return await self._engine.read(run)
+
+    # -- enrollment and edges -----------------------------------------------------------------
+
+    async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None:
+        values = (
+            record.id,
+            record.environment_id,
+            record.token_hash,
+            codec.to_us(record.created_at, "created_at"),
+            codec.to_us(record.expires_at, "expires_at"),
+            codec.opt_to_us(record.used_at, "used_at"),
+            record.used_by_edge_id,
+        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(INSERT_ENROLLMENT, values)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"enrollment token {record.id!r} or its hash exists already") from exc
+
+        await self._engine.write(run)
+
+    async def consume_enrollment_token(
+        self, token_hash: str, edge_id: str, now: datetime
+    ) -> EnrollmentTokenRecord:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> EnrollmentTokenRecord:
+            row = conn.execute(GET_ENROLLMENT_BY_HASH, (token_hash,)).fetchone()
+            if row is None:
+                raise TokenRejected("unknown")
+            record = token_from_row(row)
+            if record.used_at is not None:
+                raise TokenRejected("used")
+            if row[4] <= now_us:
+                raise TokenRejected("expired")
+            marked = conn.execute(MARK_ENROLLMENT_USED, (now_us, edge_id, record.id)).rowcount
+            if not marked:  # pragma: no cover - the writer thread serializes consumers
+                raise TokenRejected("used")
+            return token_from_row((*row[:5], now_us, edge_id))
+
+        return await self._engine.write(run)
+
+    async def create_edge(self, record: EdgeRecord) -> None:
+        values = (
+            record.id,
+            record.environment_id,
+            record.name,
+            record.cert_serial,
+            record.cert_fingerprint,
+            codec.to_us(record.created_at, "created_at"),
+            codec.to_us(record.cert_not_after, "cert_not_after"),
+            codec.opt_to_us(record.revoked_at, "revoked_at"),
+        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(INSERT_EDGE, values)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"edge {record.id!r} exists already") from exc
+
+        await self._engine.write(run)
+
+    async def get_edge(self, edge_id: str) -> EdgeRecord:
+        def run(conn: sqlite3.Connection) -> EdgeRecord:
+            row = conn.execute(GET_EDGE, (edge_id,)).fetchone()
+            if row is None:
+                raise NotFound("edge", edge_id)
+            return edge_from_row(row)
+
+        return await self._engine.read(run)
+
+    async def list_edges(self, environment_id: str | None = None) -> list[EdgeRecord]:
+        def run(conn: sqlite3.Connection) -> list[EdgeRecord]:
+            if environment_id is None:
+                rows = conn.execute(LIST_EDGES).fetchall()
+            else:
+                rows = conn.execute(LIST_EDGES_OF_ENVIRONMENT, (environment_id,)).fetchall()
+            return [edge_from_row(row) for row in rows]
+
+        return await self._engine.read(run)
+
+    async def revoke_edge(self, edge_id: str, now: datetime) -> EdgeRecord:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> EdgeRecord:
+            conn.execute(
+                "UPDATE edges SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now_us, edge_id)
+            )
+            row = conn.execute(GET_EDGE, (edge_id,)).fetchone()
+            if row is None:
+                raise NotFound("edge", edge_id)
+            return edge_from_row(row)
+
+        return await self._engine.write(run)
+
+    # -- API keys ------------------------------------------------------------------------------
+
+    async def create_api_key(self, record: ApiKeyRecord) -> None:
+        values = (
+            record.id,
+            record.name,
+            record.key_hash,
+            codec.to_us(record.created_at, "created_at"),
+            codec.opt_to_us(record.revoked_at, "revoked_at"),
+        )
+
+        def run(conn: sqlite3.Connection) -> None:
+            try:
+                conn.execute(INSERT_API_KEY, values)
+            except sqlite3.IntegrityError as exc:
+                raise Conflict(f"API key {record.id!r} or its hash exists already") from exc
+
+        await self._engine.write(run)
+
+    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
+        def run(conn: sqlite3.Connection) -> ApiKeyRecord | None:
+            row = conn.execute(FIND_API_KEY, (key_hash,)).fetchone()
+            if row is None:
+                return None
+            id, name, hash_, created_us, revoked_us = row
+            return ApiKeyRecord(id, name, hash_, codec.from_us(created_us), codec.opt_from_us(revoked_us))
+
+        return await self._engine.read(run)

@@ -1,0 +1,55 @@
+"""Fixtures of the store contract suite: every test runs against every ``Store`` implementation.
+
+A new backend joins the suite by adding one entry to ``BACKENDS``: a function that opens a store
+on the test's scratch directory (opening again with the same directory must reopen the same data
+for a durable backend).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from control_plane.store import MemoryStore, SqliteStore, Store
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    durable: bool  # reopening on the same directory finds the data again
+    opener: Callable[[Path], Store]
+    directory: Path
+
+    def open(self) -> Store:
+        return self.opener(self.directory)
+
+
+BACKENDS: dict[str, tuple[bool, Callable[[Path], Store]]] = {
+    "memory": (False, lambda _: MemoryStore()),
+    "sqlite": (True, lambda d: SqliteStore(d / "outpost" / "store.db")),
+}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    durable, opener = BACKENDS[request.param]
+    return Backend(request.param, durable, opener, tmp_path)
+
+
+@pytest.fixture
+def durable_backend(backend: Backend) -> Backend:
+    if not backend.durable:
+        pytest.skip(f"{backend.name} keeps nothing across a reopen")
+    return backend
+
+
+@pytest.fixture
+async def store(backend: Backend) -> AsyncIterator[Store]:
+    opened = backend.open()
+    try:
+        yield opened
+    finally:
+        await opened.close()
