@@ -1,0 +1,149 @@
+"""The edge agent's configuration: one YAML file, validated at start, unknown keys rejected.
+
+Example (every key optional except ``control_plane``)::
+
+    control_plane:
+      url: https://outpost.example.com        # HTTP API, used by `outpost-edge register`
+      tunnel_address: outpost.example.com:7443
+    state_dir: /var/lib/outpost-edge
+    name: build-host-17
+    policy_file: /etc/outpost-edge/policy.yaml   # or an inline `policy:` section
+    sandbox:
+      idle_pause_s: 30
+    connection:
+      heartbeat_interval_s: 10
+
+The customer's policy (what the cloud may ask for) is :class:`edge_agent.policy.Policy`; it is
+loaded from ``policy_file`` or the inline ``policy`` section, never from the control plane.
+"""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from edge_agent.errors import ConfigError
+from edge_agent.policy import Policy
+
+__all__ = [
+    "ConnectionConfig",
+    "ControlPlaneConfig",
+    "EdgeConfig",
+    "LoggingConfig",
+    "SandboxConfig",
+    "load_config",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ControlPlaneConfig(_Strict):
+    url: str | None = None  # HTTP(S) API base URL; enrollment goes here
+    tunnel_address: str | None = None  # host:port of the gRPC tunnel; defaults to what enrollment returned
+    tls_server_name: str | None = None  # override the name checked in the tunnel's server certificate
+
+
+class ConnectionConfig(_Strict):
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    backoff_initial_s: float = Field(1.0, gt=0)
+    backoff_max_s: float = Field(60.0, gt=0)
+    stable_after_s: float = Field(30.0, ge=0)  # a link up this long resets the backoff
+    connect_timeout_s: float = Field(10.0, gt=0)
+    drain_grace_s: float = Field(30.0, ge=0)  # on SIGTERM, how long in-flight calls may finish
+    keepalive_time_s: float = Field(20.0, ge=10)  # gRPC HTTP/2 PING interval
+
+    @model_validator(mode="after")
+    def _check(self) -> ConnectionConfig:
+        if self.heartbeat_timeout_s <= self.heartbeat_interval_s:
+            raise ValueError("heartbeat_timeout_s must be greater than heartbeat_interval_s")
+        if self.backoff_max_s < self.backoff_initial_s:
+            raise ValueError("backoff_max_s must be at least backoff_initial_s")
+        return self
+
+
+class SandboxConfig(_Strict):
+    idle_pause_s: float = Field(30.0, gt=0)
+    name_prefix: str = Field("outpost", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
+    docker_url: str | None = None  # e.g. unix:///var/run/docker.sock; default: the environment's
+
+
+class ResultsConfig(_Strict):
+    retention_s: float = Field(24 * 3600.0, gt=0)  # how long finished tool results are kept
+
+
+class LoggingConfig(_Strict):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["plain", "json"] = "plain"
+
+
+class EdgeConfig(_Strict):
+    control_plane: ControlPlaneConfig = ControlPlaneConfig()
+    state_dir: Path = Path("/var/lib/outpost-edge")
+    name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    policy_file: Path | None = None
+    policy: Policy | None = None
+    sandbox: SandboxConfig = SandboxConfig()
+    connection: ConnectionConfig = ConnectionConfig()
+    results: ResultsConfig = ResultsConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _one_policy(self) -> EdgeConfig:
+        if self.policy is not None and self.policy_file is not None:
+            raise ValueError("give either `policy` or `policy_file`, not both")
+        return self
+
+    def load_policy(self) -> Policy:
+        """The effective policy: inline, from ``policy_file``, or the built-in default."""
+        if self.policy is not None:
+            return self.policy
+        if self.policy_file is not None:
+            return Policy.model_validate(_read_yaml(self.policy_file, what="policy"))
+        return Policy()
+
+
+def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> EdgeConfig:
+    """Read and validate the YAML config (``None``: defaults only). Raises ConfigError with
+    every problem listed, one per line, each naming the offending key."""
+    data: dict[str, Any] = _read_yaml(path, what="config") if path is not None else {}
+    for key, value in (overrides or {}).items():
+        data[key] = value
+    try:
+        config = EdgeConfig.model_validate(data)
+        config.load_policy()  # validate the policy file at start, too
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+    return config
+
+
+def _read_yaml(path: Path, *, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read {what} file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} file {path} is not valid YAML: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{what} file {path} must be a mapping at the top level")
+    return data
+
+
+def _describe(exc: ValidationError, path: Path | None) -> str:
+    where = f" in {path}" if path else ""
+    lines = [f"invalid configuration{where}:"]
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = "unknown key" if err["type"] == "extra_forbidden" else err["msg"]
+        lines.append(f"  {loc}: {msg}")
+    return "\n".join(lines)

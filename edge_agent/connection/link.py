@@ -1,0 +1,296 @@
+"""The edge's link to the control plane: dial out, handshake, serve requests, reconnect.
+
+One :class:`~outpost_wire.session.TunnelSession` (EDGE role) lives as long as the link, across
+reconnects, so results that finished while the link was down stay in its outbox and are
+redelivered after the next handshake. Requests run as tasks that outlive a connection: a call in
+flight when the link drops keeps running, and its result goes out on the next connection.
+
+State machine (transitions in ``_TRANSITIONS``; anything else is a bug and raises)::
+
+    IDLE ─► CONNECTING ─► HANDSHAKING ─► CONNECTED ─► BACKING_OFF ─► CONNECTING ...
+                 │              │             │
+                 └──────────────┴─────────────┴──► BACKING_OFF     (failure at any step)
+    any ─► DRAINING ─► STOPPED                                      (SIGTERM: drain, then stop)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from edge_agent.config import ConnectionConfig
+from edge_agent.connection.backoff import Backoff
+from edge_agent.connection.transport import Transport, TransportError
+from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import Failure, Hello, Outcome, Request
+from outpost_wire.session import (
+    CancelReceived,
+    ConnState,
+    DrainReceived,
+    PeerDead,
+    PeerError,
+    ProtocolError,
+    RequestReceived,
+    Role,
+    SessionConfig,
+    TunnelSession,
+    WelcomeReceived,
+)
+
+__all__ = ["Link", "LinkState", "RequestHandler"]
+
+log = logging.getLogger(__name__)
+
+
+class RequestHandler(Protocol):
+    async def handle(self, request: Request) -> Outcome: ...
+
+    def cancel(self, request_id: str) -> bool: ...
+
+
+class LinkState(enum.Enum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    HANDSHAKING = "handshaking"
+    CONNECTED = "connected"
+    BACKING_OFF = "backing_off"
+    DRAINING = "draining"
+    STOPPED = "stopped"
+
+
+_S = LinkState
+_TRANSITIONS: dict[LinkState, frozenset[LinkState]] = {
+    _S.IDLE: frozenset({_S.CONNECTING, _S.DRAINING, _S.STOPPED}),
+    _S.CONNECTING: frozenset({_S.HANDSHAKING, _S.BACKING_OFF, _S.DRAINING}),
+    _S.HANDSHAKING: frozenset({_S.CONNECTED, _S.BACKING_OFF, _S.DRAINING}),
+    _S.CONNECTED: frozenset({_S.BACKING_OFF, _S.DRAINING}),
+    _S.BACKING_OFF: frozenset({_S.CONNECTING, _S.DRAINING}),
+    _S.DRAINING: frozenset({_S.STOPPED, _S.DRAINING}),
+    _S.STOPPED: frozenset(),
+}
+
+
+class Link:
+    def __init__(
+        self,
+        *,
+        connect: Callable[[], Awaitable[Transport]],
+        hello: Callable[[], Hello],
+        handler: RequestHandler,
+        config: ConnectionConfig,
+        session_config: SessionConfig,
+        clock: Callable[[], float] = time.monotonic,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._connect = connect
+        self._hello = hello
+        self._handler = handler
+        self._config = config
+        self._clock = clock
+        self._backoff = Backoff(config.backoff_initial_s, config.backoff_max_s, rng)
+        self.session = TunnelSession(Role.EDGE, session_config)
+        self.state = LinkState.IDLE
+        self.connected = asyncio.Event()  # set while a handshake-complete tunnel is up
+        self.connections = 0  # completed handshakes, for metrics and tests
+        self.last_error: str | None = None
+        self._transport: Transport | None = None
+        self._wake_writer = asyncio.Event()
+        self._changed = asyncio.Event()  # something finished: a request, an ack, a connection
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._peer_draining = False
+
+    # -- state --------------------------------------------------------------------------------
+    def _to(self, new: LinkState) -> None:
+        if new not in _TRANSITIONS[self.state]:
+            raise RuntimeError(f"link: illegal transition {self.state.value} -> {new.value}")
+        self.state = new
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._tasks)
+
+    # -- main loop ----------------------------------------------------------------------------
+    async def run(self) -> None:
+        """Connect and serve until :meth:`drain` stops the link."""
+        while not self._stopping():
+            self._to(LinkState.CONNECTING)
+            try:
+                transport = await self._connect()
+            except TransportError as exc:
+                self._note_failure(exc)
+            else:
+                if self._stopping():  # drain() ran while we were dialling
+                    await transport.close()
+                    break
+                started = self._clock()
+                await self._serve(transport)
+                if self._clock() - started >= self._config.stable_after_s:
+                    self._backoff.reset()
+            if self._stopping():
+                break
+            self._to(LinkState.BACKING_OFF)
+            delay = 0.0 if self._peer_draining else self._backoff.next_delay()
+            self._peer_draining = False
+            log.info("reconnecting in %.2f s (attempt %d)", delay, self._backoff.attempt)
+            await asyncio.sleep(delay)
+
+    def _stopping(self) -> bool:
+        return self.state in (LinkState.DRAINING, LinkState.STOPPED)
+
+    def _note_failure(self, exc: TransportError) -> None:
+        self.last_error = str(exc)
+        if exc.unauthenticated:
+            log.error(
+                "control plane refused this edge's identity: %s (re-register the edge if it was revoked)", exc
+            )
+        else:
+            log.warning("%s", exc)
+
+    async def _serve(self, transport: Transport) -> None:
+        self._transport = transport
+        self._to(LinkState.HANDSHAKING)
+        self.session.connection_made(self._clock())
+        self.session.send_hello(self._hello())
+        writer = asyncio.create_task(self._writer(transport), name="link-writer")
+        timer = asyncio.create_task(self._timer(), name="link-timer")
+        self._wake_writer.set()
+        try:
+            while True:
+                data = await transport.receive()
+                if data is None:
+                    log.info("control plane closed the tunnel")
+                    break
+                self.session.receive_data(data, self._clock())
+                self._process_events()
+                if self.session.state is ConnState.CLOSED:
+                    break
+        except TransportError as exc:
+            self._note_failure(exc)
+        finally:
+            self.connected.clear()
+            timer.cancel()
+            # Let the writer push out what is queued (an error frame, say), then stop it.
+            self._wake_writer.set()
+            await asyncio.sleep(0)
+            writer.cancel()
+            await asyncio.gather(writer, timer, return_exceptions=True)
+            await transport.close()
+            self._transport = None
+            self.session.connection_lost()
+            self._changed.set()
+
+    async def _writer(self, transport: Transport) -> None:
+        while True:
+            await self._wake_writer.wait()
+            self._wake_writer.clear()
+            for data in self.session.data_to_send():
+                try:
+                    await transport.send(data)
+                except TransportError as exc:
+                    # Unacked results stay in the session's outbox and go out after reconnect.
+                    log.debug("send failed: %s", exc)
+                    await transport.close()
+                    return
+
+    async def _timer(self) -> None:
+        while True:
+            now = self._clock()
+            await asyncio.sleep(max(0.0, self.session.next_timer(now) - now))
+            self.session.tick(self._clock())
+            self._process_events()
+
+    def _process_events(self) -> None:
+        for event in self.session.events_received():
+            if isinstance(event, WelcomeReceived):
+                if self.state is LinkState.HANDSHAKING:
+                    self._to(LinkState.CONNECTED)
+                self.connections += 1
+                self.connected.set()
+                log.info(
+                    "tunnel up to control plane %s (protocol %d)",
+                    event.welcome.control_plane_id,
+                    event.welcome.protocol_version,
+                )
+            elif isinstance(event, RequestReceived):
+                self._start_request(event.request)
+            elif isinstance(event, CancelReceived):
+                self._handler.cancel(event.request_id)
+            elif isinstance(event, DrainReceived):
+                log.info(
+                    "control plane is draining (%s); will reconnect when it closes the tunnel", event.reason
+                )
+                self._peer_draining = True
+            elif isinstance(event, PeerDead):
+                log.warning("no heartbeat from the control plane; dropping the tunnel")
+                self._close_transport()
+            elif isinstance(event, ProtocolError | PeerError):
+                log.error("tunnel protocol error %s: %s", event.code.value, event.message)
+                self._close_transport()
+        self._changed.set()
+        self._wake_writer.set()
+
+    def _close_transport(self) -> None:
+        if self._transport is not None:
+            transport = self._transport
+            task = asyncio.create_task(transport.close())
+            self._tasks_keepalive(task)
+
+    def _tasks_keepalive(self, task: asyncio.Task[None]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _start_request(self, request: Request) -> None:
+        if self.state is LinkState.DRAINING:
+            self.session.send_result(
+                request.request_id, Failure(ErrorCode.DRAINING, "the edge is shutting down")
+            )
+            return
+        task = asyncio.create_task(self._serve_request(request), name=f"req-{request.request_id}")
+        self._tasks_keepalive(task)
+
+    async def _serve_request(self, request: Request) -> None:
+        try:
+            outcome = await self._handler.handle(request)
+        except asyncio.CancelledError:
+            outcome = Failure(ErrorCode.CANCELLED, "cancelled")
+        self.session.send_result(request.request_id, outcome)
+        self._changed.set()
+        self._wake_writer.set()
+
+    # -- shutdown -----------------------------------------------------------------------------
+    async def drain(self, grace_s: float) -> None:
+        """Stop taking requests, let in-flight ones finish and their results be acknowledged
+        (within ``grace_s``), then stop. Idempotent."""
+        if self.state is LinkState.STOPPED:
+            return
+        if self.state is not LinkState.DRAINING:
+            was_connected = self.connected.is_set()
+            self._to(LinkState.DRAINING)
+            if was_connected:
+                self.session.send_drain("edge agent shutting down", int(grace_s * 1000))
+                self._wake_writer.set()
+        deadline = self._clock() + grace_s
+        while self._busy() and self._clock() < deadline:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), timeout=max(0.01, deadline - self._clock()))
+        if self._busy() and grace_s > 0:
+            log.warning(
+                "drain grace period over with %d call(s) in flight and %d result(s) unacknowledged",
+                len(self._tasks),
+                len(self.session.unacked_results()),
+            )
+        self._to(LinkState.STOPPED)
+        for task in list(self._tasks):
+            task.cancel()
+        if self._transport is not None:
+            await self._transport.close()
+
+    def _busy(self) -> bool:
+        return bool(self._tasks) or (bool(self.session.unacked_results()) and self.connected.is_set())

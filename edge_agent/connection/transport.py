@@ -1,0 +1,33 @@
+"""The transport seam: something that moves whole frames (bytes) to and from the control plane.
+
+The link pumps a :class:`~outpost_wire.session.TunnelSession` through any :class:`Transport`;
+gRPC is the first one (:mod:`edge_agent.connection.grpc_transport`), WebSocket comes next.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+__all__ = ["Transport", "TransportError"]
+
+from edge_agent.errors import EdgeError
+
+
+class TransportError(EdgeError):
+    """The connection could not be made or broke. ``unauthenticated`` is set when the control plane
+    refused our identity (revoked, unknown, or not issued by it)."""
+
+    def __init__(self, message: str, *, unauthenticated: bool = False) -> None:
+        super().__init__(message)
+        self.unauthenticated = unauthenticated
+
+
+class Transport(Protocol):
+    async def send(self, data: bytes) -> None:
+        """Send one frame. Raises TransportError if the connection is gone."""
+
+    async def receive(self) -> bytes | None:
+        """The next frame, or ``None`` when the peer closed the stream cleanly."""
+
+    async def close(self) -> None:
+        """Idempotent."""

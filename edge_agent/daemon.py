@@ -1,0 +1,190 @@
+"""``EdgeAgent``: the edge daemon, composed from its parts.
+
+    config + identity ─► DockerRuntime ─► SandboxManager ─┐
+                         ResultJournal ───────────────────┼─► Dispatcher ─► Link ─► control plane
+                         Policy ──────────────────────────┘
+
+It listens on nothing: the link dials out. Lifecycle: ``async with EdgeAgent(config) as agent``
+starts everything (reconciling the containers it owns first, so nothing leaks across a
+``kill -9``); :meth:`EdgeAgent.drain` finishes in-flight calls within the grace period; leaving the
+context closes everything, idempotently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from types import TracebackType
+
+from edge_agent.config import EdgeConfig
+from edge_agent.connection import Link, Transport, connect_grpc
+from edge_agent.dispatch import Dispatcher
+from edge_agent.errors import ConfigError
+from edge_agent.identity import Identity
+from edge_agent.journal import ResultJournal
+from edge_agent.policy import Policy
+from edge_agent.sandbox import DockerRuntime, SandboxManager
+from outpost_wire.frames import PROTOCOL_VERSION, Hello
+from outpost_wire.session import SessionConfig
+from outpost_wire.version import SOFTWARE_VERSION
+
+__all__ = ["TOOLS", "EdgeAgent"]
+
+log = logging.getLogger(__name__)
+
+TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
+_JOURNAL_PRUNE_INTERVAL_S = 3600.0
+
+
+class EdgeAgent:
+    def __init__(self, config: EdgeConfig, *, identity: Identity | None = None) -> None:
+        self.config = config
+        self.policy: Policy = config.load_policy()
+        self.identity = identity or Identity.load(config.state_dir)
+        address = config.control_plane.tunnel_address or self.identity.tunnel_address
+        if not address:
+            raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
+        self.tunnel_address = address
+        self.runtime: DockerRuntime | None = None
+        self.manager: SandboxManager | None = None
+        self.journal: ResultJournal | None = None
+        self.link: Link | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+
+    @property
+    def edge_id(self) -> str:
+        return self.identity.edge_id
+
+    async def __aenter__(self) -> EdgeAgent:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        cfg = self.config
+        self.journal = ResultJournal(cfg.state_dir / "journal.db", cfg.results.retention_s)
+        await self.journal.__aenter__()
+        self.runtime = DockerRuntime(base_url=cfg.sandbox.docker_url)
+        self.manager = SandboxManager(
+            self.runtime,
+            edge_id=self.edge_id,
+            idle_pause_s=cfg.sandbox.idle_pause_s,
+            max_sandboxes=self.policy.max_sandboxes,
+            default_limits=self.policy.resolve(),
+            name_prefix=cfg.sandbox.name_prefix,
+        )
+        await self.manager.start()
+        dispatcher = Dispatcher(self.manager, self.policy, self.journal)
+        self.link = Link(
+            connect=self._connect,
+            hello=self._hello,
+            handler=dispatcher,
+            config=cfg.connection,
+            session_config=SessionConfig(
+                heartbeat_interval_s=cfg.connection.heartbeat_interval_s,
+                heartbeat_timeout_s=cfg.connection.heartbeat_timeout_s,
+            ),
+        )
+        self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
+        self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
+        log.info(
+            "edge %s (%s) started: tunnel %s, policy %s, up to %d sandboxes",
+            self.edge_id,
+            cfg.name,
+            self.tunnel_address,
+            self.policy.digest(),
+            self.policy.max_sandboxes,
+        )
+
+    async def _connect(self) -> Transport:
+        ident = self.identity
+        return await connect_grpc(
+            self.tunnel_address,
+            ca_pem=ident.ca_pem,
+            key_pem=ident.key_pem,
+            cert_pem=ident.cert_pem,
+            max_frame_bytes=SessionConfig().max_frame_bytes,
+            keepalive_time_s=self.config.connection.keepalive_time_s,
+            connect_timeout_s=self.config.connection.connect_timeout_s,
+            tls_server_name=self.config.control_plane.tls_server_name,
+        )
+
+    def _hello(self) -> Hello:
+        return Hello(
+            edge_id=self.edge_id,
+            software_version=SOFTWARE_VERSION,
+            protocol_version=PROTOCOL_VERSION,
+            capabilities=("provision", "destroy", *(f"tool:{t}" for t in TOOLS)),
+            policy_digest=self.policy.digest(),
+            sandbox_capacity=self.policy.max_sandboxes,
+            sandboxes_in_use=self.manager.in_use() if self.manager else 0,
+            environment_id=self.identity.environment_id,
+        )
+
+    async def _prune_journal(self) -> None:
+        assert self.journal is not None
+        while True:
+            removed = await self.journal.prune()
+            if removed:
+                log.info("pruned %d finished tool-call records past retention", removed)
+            await asyncio.sleep(_JOURNAL_PRUNE_INTERVAL_S)
+
+    async def wait_connected(self, timeout_s: float) -> bool:
+        assert self.link is not None
+        try:
+            await asyncio.wait_for(self.link.connected.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+    async def drain(self) -> None:
+        """Finish in-flight calls within the configured grace period and stop the link."""
+        if self.link is not None:
+            log.info(
+                "draining: up to %.0f s for %d call(s) in flight",
+                self.config.connection.drain_grace_s,
+                self.link.in_flight,
+            )
+            await self.link.drain(self.config.connection.drain_grace_s)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.link is not None:
+            await self.link.drain(0)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.manager is not None:
+            await self.manager.close()
+        if self.runtime is not None:
+            await self.runtime.close()
+        if self.journal is not None:
+            await self.journal.close()
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then drain and return."""
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await stop.wait()
+            log.info("signal received; draining")
+            await self.drain()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                with contextlib.suppress(Exception):
+                    loop.remove_signal_handler(sig)

@@ -1,0 +1,161 @@
+"""Turn tunnel requests into sandbox work: the edge's ``provision`` / ``execute`` / ``destroy``.
+
+The dispatcher sits between the link (frames in, outcomes out) and the sandbox manager. It owns
+three rules:
+
+* **Policy first.** Every provision (explicit, or implied by the first execute of a session) is
+  resolved against the local :class:`~edge_agent.policy.Policy`; a refusal is a ``Failure`` with
+  ``POLICY_DENIED`` and a message naming the rule.
+* **Exactly once per idempotency key.** A key already finished returns its stored outcome; a key
+  running now is joined; a key that started before a crash and never finished is answered with a
+  tool error (never run twice). See :mod:`edge_agent.journal`.
+* **Errors are outcomes.** Nothing raised here reaches the link: local errors become ``Failure``
+  with their wire code, a dead sandbox becomes a ``ToolResult`` with ``is_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from edge_agent.errors import EdgeError
+from edge_agent.journal import JournalState, ResultJournal
+from edge_agent.policy import Policy
+from edge_agent.sandbox import SandboxLimits, SandboxManager
+from outpost_wire.codec import decode_outcome, encode_outcome
+from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import Destroy, Destroyed, Execute, Failure, Outcome, Provision, Provisioned, Request
+from outpost_wire.results import ToolResult
+
+__all__ = ["Dispatcher"]
+
+log = logging.getLogger(__name__)
+
+INTERRUPTED_MESSAGE = (
+    "tool call was interrupted by a restart of the edge agent before it finished; "
+    "it may or may not have taken effect, and it was not run again"
+)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        manager: SandboxManager,
+        policy: Policy,
+        journal: ResultJournal,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._manager = manager
+        self._policy = policy
+        self._journal = journal
+        self._clock = clock
+        self._running: dict[str, asyncio.Task[Outcome]] = {}  # idempotency key -> the one run
+        self._by_request: dict[str, asyncio.Task[Outcome]] = {}  # request id -> its task
+        self._limits: dict[str, SandboxLimits] = {}  # session id -> limits it was provisioned with
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._by_request)
+
+    async def handle(self, request: Request) -> Outcome:
+        """Serve one request; never raises (except CancelledError when cancelled)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._by_request[request.request_id] = task  # type: ignore[assignment]
+        try:
+            return await self._within_deadline(request)
+        except EdgeError as exc:
+            return Failure(exc.code, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("request %s failed", request.request_id)
+            return Failure(ErrorCode.INTERNAL, "internal error at the edge (see the edge's log)")
+        finally:
+            self._by_request.pop(request.request_id, None)
+
+    def cancel(self, request_id: str) -> bool:
+        task = self._by_request.get(request_id)
+        if task is None:
+            return False
+        task.cancel()
+        return True
+
+    async def _within_deadline(self, request: Request) -> Outcome:
+        if request.deadline_ms:
+            remaining = request.deadline_ms / 1000 - self._clock()
+            if remaining <= 0:
+                return Failure(
+                    ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed before it reached the edge"
+                )
+            try:
+                async with asyncio.timeout(remaining):
+                    return await self._route(request)
+            except TimeoutError:
+                return Failure(ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed")
+        return await self._route(request)
+
+    async def _route(self, request: Request) -> Outcome:
+        op = request.op
+        if isinstance(op, Execute):
+            return await self._execute(request, op)
+        if isinstance(op, Provision):
+            limits = self._policy.resolve(
+                image=op.image, cpus=op.cpus, memory_bytes=op.memory_bytes, pids=op.pids
+            )
+            self._limits[request.session_id] = limits
+            info = await self._manager.provision(request.session_id, limits)
+            return Provisioned(sandbox_id=info.sandbox_id, image=info.image, reused=info.reused)
+        if isinstance(op, Destroy):
+            self._limits.pop(request.session_id, None)
+            return Destroyed(existed=await self._manager.destroy(request.session_id))
+        return Failure(ErrorCode.INVALID_REQUEST, f"unsupported operation {type(op).__name__}")
+
+    async def _execute(self, request: Request, op: Execute) -> Outcome:
+        key = request.idempotency_key or request.request_id
+        task = self._running.get(key)
+        if task is None:
+            task = asyncio.create_task(self._run_once(key, request, op), name=f"exec-{key}")
+            self._running[key] = task
+            task.add_done_callback(lambda _t: self._running.pop(key, None))
+        else:
+            log.info("request %s joins the running call for key %s", request.request_id, key)
+        return await asyncio.shield(task)
+
+    async def _run_once(self, key: str, request: Request, op: Execute) -> Outcome:
+        try:
+            tool_input = json.loads(op.input_json) if op.input_json else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult.error(f"tool input is not valid JSON: {exc.msg}")
+        if not isinstance(tool_input, dict):
+            return ToolResult.error("tool input must be a JSON object")
+        limits = self._limits.get(request.session_id) or self._policy.resolve()
+        existing = await self._journal.start(key, request.session_id)
+        if existing is not None:
+            if existing.state is JournalState.FINISHED and existing.outcome is not None:
+                log.info("key %s already finished; returning the stored result", key)
+                return decode_outcome(existing.outcome)
+            return ToolResult.error(INTERRUPTED_MESSAGE)
+        outcome: Outcome = await self._run_tool(request.session_id, op, tool_input, limits)
+        await self._journal.finish(key, encode_outcome(outcome))
+        return outcome
+
+    async def _run_tool(
+        self, session_id: str, op: Execute, tool_input: dict[str, Any], limits: SandboxLimits
+    ) -> Outcome:
+        timeout_s = op.timeout_ms / 1000 if op.timeout_ms else None
+        try:
+            return await self._manager.execute(
+                session_id, op.tool, tool_input, timeout_s=timeout_s, limits=limits
+            )
+        except EdgeError as exc:
+            # Policy and capacity refusals are failures of the request; anything about the
+            # sandbox itself is a tool error the model can see and react to.
+            if exc.code in (ErrorCode.POLICY_DENIED, ErrorCode.CAPACITY_EXHAUSTED):
+                return Failure(exc.code, str(exc))
+            return ToolResult.error(str(exc))

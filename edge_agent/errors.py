@@ -1,0 +1,77 @@
+"""Errors raised by the edge agent.
+
+Every local failure of the edge derives from :class:`EdgeError`, itself an
+:class:`~outpost_wire.errors.OutpostError`. Each class carries the wire code it maps to, so the
+tunnel turns any of them into ``(code, message)`` without knowing the class::
+
+    OutpostError                      (outpost_wire.errors)
+    └── EdgeError                     a local failure at the edge             INTERNAL
+        ├── PolicyDenied              the local policy refuses the request    POLICY_DENIED
+        ├── CapacityExhausted         no room for another sandbox             CAPACITY_EXHAUSTED
+        ├── SandboxUnavailable        a sandbox could not be created/reached  SANDBOX_UNAVAILABLE
+        ├── UnknownSession            no sandbox exists for the session       UNKNOWN_SESSION
+        └── ConfigError               the edge's configuration is invalid     INVALID_REQUEST
+
+Foreign exceptions (docker, grpc, OS errors) are mapped to these once, at the boundary that calls
+the foreign library (for Docker: :class:`edge_agent.sandbox.runtime.DockerRuntime`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from outpost_wire.errors import ErrorCode, OutpostError
+
+__all__ = [
+    "CapacityExhausted",
+    "ConfigError",
+    "EdgeError",
+    "PolicyDenied",
+    "SandboxUnavailable",
+    "UnknownSession",
+]
+
+
+class EdgeError(OutpostError):
+    """Base class of the edge agent's own errors."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.INTERNAL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class PolicyDenied(EdgeError):
+    """The edge's local policy refuses the request; ``rule`` names the rule that refused it."""
+
+    code = ErrorCode.POLICY_DENIED
+
+    def __init__(self, rule: str, message: str) -> None:
+        super().__init__(f"{message} (policy rule: {rule})")
+        self.rule = rule
+        self.message = message
+
+
+class CapacityExhausted(EdgeError):
+    """No room for another sandbox on this edge (``max_sandboxes`` reached)."""
+
+    code = ErrorCode.CAPACITY_EXHAUSTED
+
+
+class SandboxUnavailable(EdgeError):
+    """A sandbox could not be created or reached (Docker error, dead container, lost channel)."""
+
+    code = ErrorCode.SANDBOX_UNAVAILABLE
+
+
+class UnknownSession(EdgeError):
+    """No sandbox exists for the session."""
+
+    code = ErrorCode.UNKNOWN_SESSION
+
+
+class ConfigError(EdgeError):
+    """The edge's configuration (file, environment, arguments) is invalid."""
+
+    code = ErrorCode.INVALID_REQUEST

@@ -1,0 +1,90 @@
+"""The customer's local policy: what the control plane may ask this edge for.
+
+The policy is read from the edge's own files; the control plane can read its digest (sent in
+hello) but has no way to change it. A request outside the policy is refused with
+:class:`~edge_agent.errors.PolicyDenied`, whose message names the rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from edge_agent.errors import PolicyDenied
+from edge_agent.sandbox import SandboxLimits
+
+__all__ = ["ImagePolicy", "LimitsPolicy", "Policy"]
+
+_MIB = 1024 * 1024
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ImagePolicy(_Strict):
+    default: str = "outpost-sandbox:1"
+    allowed: tuple[str, ...] = ("outpost-sandbox:1",)
+
+    @model_validator(mode="after")
+    def _default_allowed(self) -> ImagePolicy:
+        if self.default not in self.allowed:
+            raise ValueError(f"images.default {self.default!r} must be listed in images.allowed")
+        return self
+
+
+class LimitsPolicy(_Strict):
+    max_cpus: float = Field(2.0, gt=0)
+    max_memory_mb: int = Field(2048, gt=16)
+    max_pids: int = Field(512, gt=8)
+    default_cpus: float = Field(1.0, gt=0)
+    default_memory_mb: int = Field(1024, gt=16)
+    default_pids: int = Field(256, gt=8)
+
+    @model_validator(mode="after")
+    def _defaults_within_max(self) -> LimitsPolicy:
+        if self.default_cpus > self.max_cpus:
+            raise ValueError("limits.default_cpus exceeds limits.max_cpus")
+        if self.default_memory_mb > self.max_memory_mb:
+            raise ValueError("limits.default_memory_mb exceeds limits.max_memory_mb")
+        if self.default_pids > self.max_pids:
+            raise ValueError("limits.default_pids exceeds limits.max_pids")
+        return self
+
+
+class Policy(_Strict):
+    images: ImagePolicy = ImagePolicy()
+    limits: LimitsPolicy = LimitsPolicy()
+    max_sandboxes: int = Field(8, ge=1, le=1024)
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON form; reported to the control plane in hello."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+
+    def resolve(
+        self, *, image: str = "", cpus: float = 0.0, memory_bytes: int = 0, pids: int = 0
+    ) -> SandboxLimits:
+        """Turn a provision request (0 / "" = default) into limits, or refuse it naming the rule."""
+        image = image or self.images.default
+        if image not in self.images.allowed:
+            raise PolicyDenied("images.allowed", f"image {image!r} is not allowed by this edge's policy")
+        cpus = cpus or self.limits.default_cpus
+        if cpus > self.limits.max_cpus:
+            raise PolicyDenied(
+                "limits.max_cpus", f"{cpus} CPUs requested, the policy allows {self.limits.max_cpus}"
+            )
+        memory = memory_bytes or self.limits.default_memory_mb * _MIB
+        if memory > self.limits.max_memory_mb * _MIB:
+            raise PolicyDenied(
+                "limits.max_memory_mb",
+                f"{memory // _MIB} MiB requested, the policy allows {self.limits.max_memory_mb} MiB",
+            )
+        pids = pids or self.limits.default_pids
+        if pids > self.limits.max_pids:
+            raise PolicyDenied(
+                "limits.max_pids", f"{pids} pids requested, the policy allows {self.limits.max_pids}"
+            )
+        return SandboxLimits(image=image, cpus=cpus, memory_bytes=memory, pids=pids)

@@ -1,0 +1,492 @@
+"""SandboxManager: one Docker container per session, made lazily, frozen when idle, replaced when dead.
+
+Lifecycle of a session's sandbox::
+
+    (none) --provision/execute--> running --idle_pause_s without calls--> paused
+       ^                           |   ^                                     |
+       |                           |   +---------- execute (unpause) -------+
+       |                     dies (kill, OOM, daemon exit)
+       |                           v
+       +------ next call: remove the dead container, create a new one on the same volume
+
+The workspace lives on a per-session named volume, so a replacement container sees the same files.
+Containers and volumes carry labels (``outpost.managed``, ``outpost.edge_id``,
+``outpost.session_id``): a restarted edge finds its containers again with :meth:`reconcile`.
+
+A tool call goes through a held channel to the in-sandbox daemon (:mod:`.channel`): no Docker API
+call on the hot path, except ``unpause`` after an idle period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from outpost_wire.results import ToolResult
+
+from ..errors import CapacityExhausted, SandboxUnavailable
+from .channel import CallTimeout, DaemonChannel
+from .runtime import DockerRuntime
+from .spec import (
+    LABEL_EDGE_ID,
+    LABEL_MANAGED,
+    LABEL_SESSION_ID,
+    SandboxLimits,
+    SandboxSpec,
+    volume_name,
+)
+from .toolset import request_timeout_ms, validate_input
+
+__all__ = ["ReconcileReport", "SandboxInfo", "SandboxManager"]
+
+log = logging.getLogger(__name__)
+
+_ALIVE_STATES = ("running", "paused")
+# Tools without side effects: retried once, in a replacement sandbox, if the sandbox dies under them.
+_IDEMPOTENT_TOOLS = frozenset({"read", "glob", "grep"})
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    sandbox_id: str  # the container id
+    session_id: str
+    image: str
+    reused: bool
+
+
+@dataclass
+class ReconcileReport:
+    """What :meth:`SandboxManager.reconcile` did, by container id."""
+
+    reattached: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+
+class _Sandbox:
+    """Mutable state of one session's container, owned by the manager."""
+
+    __slots__ = (
+        "broken",
+        "channel",
+        "container_id",
+        "image",
+        "inflight",
+        "last_used",
+        "paused",
+        "session_id",
+    )
+
+    def __init__(self, session_id: str, container_id: str, image: str, *, paused: bool = False) -> None:
+        self.session_id = session_id
+        self.container_id = container_id
+        self.image = image
+        self.channel: DaemonChannel | None = None
+        self.paused = paused
+        self.broken = False  # the container may be dead: check it before the next call
+        self.inflight = 0
+        self.last_used = time.monotonic()
+
+    @property
+    def short_id(self) -> str:
+        return self.container_id[:12]
+
+
+class _SessionLocks:
+    """One asyncio lock per session, forgotten when nobody holds or waits for it."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    def busy(self, key: str) -> bool:
+        return key in self._entries
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = self._entries[key] = (asyncio.Lock(), [0])
+        lock, users = entry
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if users[0] == 0:
+                del self._entries[key]
+
+
+class SandboxManager:
+    """Provisions, runs tool calls in, pauses, reattaches and destroys session sandboxes.
+
+    Use it as an async context manager, or call :meth:`start` and :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        runtime: DockerRuntime,
+        *,
+        edge_id: str,
+        idle_pause_s: float = 30.0,
+        max_sandboxes: int = 8,
+        default_limits: SandboxLimits,
+        name_prefix: str = "outpost",
+    ) -> None:
+        if not edge_id:
+            raise ValueError("edge_id must not be empty")
+        if max_sandboxes < 1:
+            raise ValueError("max_sandboxes must be at least 1")
+        if idle_pause_s <= 0:
+            raise ValueError("idle_pause_s must be positive")
+        self._runtime = runtime
+        self._edge_id = edge_id
+        self._idle_pause_s = idle_pause_s
+        self._max_sandboxes = max_sandboxes
+        self.default_limits = default_limits
+        self._prefix = name_prefix
+        self._edge_labels = {LABEL_MANAGED: "1", LABEL_EDGE_ID: edge_id}
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._locks = _SessionLocks()
+        self._reserved = 0  # creations in progress, counted against max_sandboxes
+        self._idle_task: asyncio.Task[None] | None = None
+        self._started = False
+        self._closed = False
+        self.call_grace_s = 5.0  # how much longer than the tool's own timeout we wait for an answer
+        self.user = "1000:1000"
+        self.workdir = "/workspace"
+
+    # lifecycle -------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> SandboxManager:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        """Reattach or clean up this edge's containers, then start pausing idle sandboxes."""
+        self._check_open()
+        if self._started:
+            return
+        self._started = True
+        report = await self.reconcile()
+        if report.reattached or report.removed:
+            log.info(
+                "edge %s: reattached %d sandbox(es), removed %d dead one(s)",
+                self._edge_id,
+                len(report.reattached),
+                len(report.removed),
+            )
+        self._idle_task = asyncio.create_task(self._idle_loop(), name=f"sandbox-idle-{self._edge_id}")
+
+    async def close(self) -> None:
+        """Stop the idle loop and close every channel. Containers are kept (see :meth:`reconcile`)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._idle_task is not None:
+            self._idle_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._idle_task
+        channels = [sb.channel for sb in self._sandboxes.values() if sb.channel is not None]
+        await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
+        self._sandboxes.clear()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxUnavailable("the sandbox manager is closed")
+
+    # reconcile -------------------------------------------------------------------------------
+
+    async def reconcile(self) -> ReconcileReport:
+        """Adopt this edge's running or paused containers (unpausing them); remove the dead ones.
+
+        Channels to adopted containers are opened lazily, on their next call. Volumes are kept:
+        a session whose container died gets a new one on its old workspace.
+        """
+        self._check_open()
+        report = ReconcileReport()
+        records = await self._runtime.list_containers(self._edge_labels)
+        alive: dict[str, list[tuple[str, str, str]]] = {}
+        for record in records:
+            session_id = record.labels.get(LABEL_SESSION_ID)
+            if record.state in _ALIVE_STATES and session_id:
+                alive.setdefault(session_id, []).append((record.id, record.state, record.image))
+            elif await self._remove_quietly(record.id):
+                report.removed.append(record.id)
+        alive_ids = {cid for rows in alive.values() for cid, _, _ in rows}
+        for sb in list(self._sandboxes.values()):
+            if sb.container_id not in alive_ids:
+                await self._forget(sb)
+        for session_id, rows in alive.items():
+            async with self._locks.hold(session_id):
+                await self._adopt(session_id, rows, report)
+        return report
+
+    async def _adopt(
+        self, session_id: str, rows: list[tuple[str, str, str]], report: ReconcileReport
+    ) -> None:
+        tracked = self._sandboxes.get(session_id)
+        keep_id = tracked.container_id if tracked is not None else None
+        if keep_id not in {cid for cid, _, _ in rows}:
+            rows.sort(key=lambda row: row[1] != "running")  # prefer a running one
+            keep_id = rows[0][0]
+        for cid, state, image in rows:
+            if cid != keep_id:
+                if await self._remove_quietly(cid):
+                    report.removed.append(cid)
+                continue
+            if tracked is not None and tracked.container_id == cid:
+                continue  # already ours
+            try:
+                if state == "paused":
+                    await self._runtime.unpause(cid)
+            except SandboxUnavailable as exc:
+                log.warning("sandbox %s of session %s cannot be resumed: %s", cid[:12], session_id, exc)
+                if await self._remove_quietly(cid):
+                    report.removed.append(cid)
+                continue
+            self._sandboxes[session_id] = _Sandbox(session_id, cid, image)
+            report.reattached.append(cid)
+
+    # provisioning ----------------------------------------------------------------------------
+
+    async def provision(self, session_id: str, limits: SandboxLimits) -> SandboxInfo:
+        """Return the session's sandbox, creating it if needed (``reused`` tells which).
+
+        Raises :class:`CapacityExhausted` when ``max_sandboxes`` are in use, and
+        :class:`SandboxUnavailable` when Docker cannot create or reach it.
+        """
+        self._check_open()
+        async with self._locks.hold(session_id):
+            sb, reused = await self._ensure(session_id, limits)
+        return SandboxInfo(sandbox_id=sb.container_id, session_id=session_id, image=sb.image, reused=reused)
+
+    async def _ensure(self, session_id: str, limits: SandboxLimits) -> tuple[_Sandbox, bool]:
+        """With the session's lock held: a ready sandbox (running, channel open)."""
+        sb = self._sandboxes.get(session_id)
+        if sb is not None:
+            if sb.channel is not None and not sb.paused and not sb.broken and not sb.channel.closed:
+                return sb, True  # the hot path: no awaits
+            try:
+                await self._make_ready(sb)
+                return sb, True
+            except SandboxUnavailable as exc:
+                log.info("sandbox %s of session %s is gone (%s); replacing it", sb.short_id, session_id, exc)
+                await self._discard(sb)
+        task = asyncio.ensure_future(self._create(session_id, limits))
+        try:
+            return await asyncio.shield(task), False
+        except asyncio.CancelledError:
+            # Let the creation finish so the container is tracked, not leaked; then give up.
+            with contextlib.suppress(BaseException):
+                await task
+            raise
+
+    async def _make_ready(self, sb: _Sandbox) -> None:
+        if sb.broken or (sb.channel is not None and sb.channel.closed):
+            state = await self._runtime.container_state(sb.container_id)
+            if state not in _ALIVE_STATES:
+                raise SandboxUnavailable(f"container is {state or 'gone'}")
+            if sb.channel is not None:
+                await sb.channel.close()
+                sb.channel = None
+            sb.paused = state == "paused"
+            sb.broken = False
+        if sb.paused:
+            await self._runtime.unpause(sb.container_id)
+            sb.paused = False
+        if sb.channel is None:
+            sb.channel = await self._open_channel(sb.container_id)
+
+    async def _create(self, session_id: str, limits: SandboxLimits) -> _Sandbox:
+        in_use = len(self._sandboxes) + self._reserved
+        if in_use >= self._max_sandboxes:
+            raise CapacityExhausted(
+                f"this edge already runs {in_use} sandbox(es) (max_sandboxes={self._max_sandboxes})"
+            )
+        self._reserved += 1
+        try:
+            spec = SandboxSpec.for_session(
+                prefix=self._prefix, edge_id=self._edge_id, session_id=session_id, limits=limits
+            )
+            await self._runtime.ensure_volume(spec.volume, spec.labels)
+            container_id = await self._runtime.create_container(spec)
+            try:
+                channel = await self._open_channel(container_id)
+            except BaseException:
+                await self._remove_quietly(container_id)
+                raise
+            sb = _Sandbox(session_id, container_id, spec.image)
+            sb.channel = channel
+            self._sandboxes[session_id] = sb
+            log.debug("session %s: sandbox %s created", session_id, sb.short_id)
+            return sb
+        finally:
+            self._reserved -= 1
+
+    async def _open_channel(self, container_id: str) -> DaemonChannel:
+        return await DaemonChannel.open(self._runtime, container_id, user=self.user, workdir=self.workdir)
+
+    async def _discard(self, sb: _Sandbox) -> None:
+        """Forget a dead sandbox and remove its container (never its volume)."""
+        await self._forget(sb)
+        await self._remove_quietly(sb.container_id)
+
+    async def _forget(self, sb: _Sandbox) -> None:
+        if self._sandboxes.get(sb.session_id) is sb:
+            del self._sandboxes[sb.session_id]
+        if sb.channel is not None:
+            await sb.channel.close()
+            sb.channel = None
+
+    async def _remove_quietly(self, container_id: str) -> bool:
+        try:
+            return await self._runtime.remove_container(container_id)
+        except SandboxUnavailable as exc:
+            log.warning("could not remove sandbox %s: %s", container_id[:12], exc)
+            return False
+
+    # tool calls ------------------------------------------------------------------------------
+
+    async def execute(
+        self,
+        session_id: str,
+        tool: str,
+        tool_input: dict[str, Any],
+        *,
+        timeout_s: float | None,
+        limits: SandboxLimits,
+    ) -> ToolResult:
+        """Run one tool call in the session's sandbox, provisioning or resuming it as needed.
+
+        Invalid input, a tool failure, a timeout and a sandbox that dies mid-call are all tool
+        errors (``is_error``); a read-only tool (read, glob, grep) whose sandbox dies is retried
+        once in the replacement instead. Only failing to provision raises
+        (:class:`CapacityExhausted`, :class:`SandboxUnavailable`).
+        """
+        self._check_open()
+        problem = validate_input(tool, tool_input)
+        if problem is not None:
+            return ToolResult.error(problem)
+        timeout_ms = request_timeout_ms(tool, tool_input, timeout_s)
+        attempts = 2 if tool in _IDEMPOTENT_TOOLS else 1
+        while True:
+            attempts -= 1
+            async with self._locks.hold(session_id):
+                sb, _ = await self._ensure(session_id, limits)
+                channel = sb.channel
+                assert channel is not None
+                sb.inflight += 1
+            try:
+                return await channel.call(
+                    tool, tool_input, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + self.call_grace_s
+                )
+            except CallTimeout as exc:
+                return ToolResult.error(f"{tool}: {exc.message}")
+            except SandboxUnavailable as exc:
+                if self._closed:
+                    return ToolResult.error(f"{tool}: interrupted, the edge agent is shutting down")
+                sb.broken = True
+                if attempts > 0:
+                    log.info("session %s: sandbox %s died; retrying %s", session_id, sb.short_id, tool)
+                    continue  # a read-only tool is safe to run again, in the replacement
+                return ToolResult.error(
+                    f"sandbox {sb.short_id} died during the call ({exc.message}); "
+                    "the next call starts a new sandbox on the same workspace"
+                )
+            finally:
+                sb.inflight -= 1
+                sb.last_used = time.monotonic()
+
+    # teardown --------------------------------------------------------------------------------
+
+    async def destroy(self, session_id: str) -> bool:
+        """Remove the session's container and its workspace volume; False if neither existed."""
+        self._check_open()
+        async with self._locks.hold(session_id):
+            sb = self._sandboxes.get(session_id)
+            if sb is not None:
+                await self._forget(sb)
+            removed = False
+            labels = {**self._edge_labels, LABEL_SESSION_ID: session_id}
+            ids = {record.id for record in await self._runtime.list_containers(labels)}
+            if sb is not None:
+                ids.add(sb.container_id)
+            for container_id in ids:
+                removed = await self._runtime.remove_container(container_id) or removed
+            removed = await self._runtime.remove_volume(volume_name(self._prefix, session_id)) or removed
+            return removed
+
+    def in_use(self) -> int:
+        """Sandboxes this manager tracks (running or paused)."""
+        return len(self._sandboxes)
+
+    async def destroy_all_for_tests(self) -> None:
+        """Remove every container and volume labelled with this edge id."""
+        for sb in list(self._sandboxes.values()):
+            await self._forget(sb)
+        for record in await self._runtime.list_containers(self._edge_labels):
+            await self._remove_quietly(record.id)
+        for name in await self._runtime.list_volumes(self._edge_labels):
+            await self._runtime.remove_volume(name)
+
+    # idle pausing ----------------------------------------------------------------------------
+
+    async def _idle_loop(self) -> None:
+        tick_s = max(0.02, min(self._idle_pause_s / 4, 1.0))
+        while True:
+            await asyncio.sleep(tick_s)
+            now = time.monotonic()
+            idle = [
+                sb
+                for sb in self._sandboxes.values()
+                if not sb.paused
+                and not sb.broken
+                and sb.inflight == 0
+                and now - sb.last_used >= self._idle_pause_s
+                and not self._locks.busy(sb.session_id)
+            ]
+            if idle:
+                results = await asyncio.gather(
+                    *(self._pause_if_idle(sb) for sb in idle), return_exceptions=True
+                )
+                for result in results:
+                    if isinstance(result, Exception):
+                        log.error("idle pause failed", exc_info=result)
+
+    async def _pause_if_idle(self, sb: _Sandbox) -> None:
+        async with self._locks.hold(sb.session_id):
+            if (
+                self._sandboxes.get(sb.session_id) is not sb
+                or sb.paused
+                or sb.broken
+                or sb.inflight
+                or time.monotonic() - sb.last_used < self._idle_pause_s
+            ):
+                return
+            if sb.channel is not None and sb.channel.closed:
+                sb.broken = True
+                return
+            try:
+                await self._runtime.pause(sb.container_id)
+            except SandboxUnavailable as exc:
+                log.info("sandbox %s of session %s could not be paused: %s", sb.short_id, sb.session_id, exc)
+                sb.broken = True
+                return
+            sb.paused = True
+            log.debug(
+                "session %s: sandbox %s paused after %.1fs idle",
+                sb.session_id,
+                sb.short_id,
+                self._idle_pause_s,
+            )

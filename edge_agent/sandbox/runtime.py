@@ -1,0 +1,328 @@
+"""The one seam between the edge and the (synchronous) Docker SDK.
+
+:class:`DockerRuntime` runs every SDK call on its own :class:`~concurrent.futures.ThreadPoolExecutor`
+so the event loop never blocks, and maps Docker's exceptions to
+:class:`~edge_agent.errors.SandboxUnavailable` here, once. No other module imports ``docker``.
+Only the low-level ``APIClient`` is used: one HTTP request per method, no hidden inspects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import socket
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from ..errors import SandboxUnavailable
+from .spec import SandboxSpec
+
+__all__ = ["ContainerRecord", "DockerRuntime", "ExecStream"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ContainerRecord:
+    """One row of a label-filtered container listing."""
+
+    id: str
+    state: str  # created | running | paused | restarting | removing | exited | dead
+    labels: Mapping[str, str]
+    image: str
+
+
+class ExecStream:
+    """The hijacked connection of an attached ``docker exec``: a raw stream socket.
+
+    The SDK keeps a file object over the socket alive, which defers ``socket.close()``; so
+    :meth:`close` shuts the connection down first (the exec sees EOF on its stdin at once) and then
+    closes both.
+    """
+
+    def __init__(self, sock: socket.socket, keepalive: Any) -> None:
+        self.sock = sock
+        self._keepalive = keepalive
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        close = getattr(self._keepalive, "close", None)
+        if callable(close):
+            with contextlib.suppress(OSError):
+                close()
+
+
+def _hijacked_socket(raw: Any) -> socket.socket:
+    """docker-py returns a ``socket.SocketIO`` for unix sockets and a socket for TCP."""
+    if isinstance(raw, socket.socket):
+        return raw
+    inner = getattr(raw, "_sock", None)
+    if isinstance(inner, socket.socket):
+        return inner
+    raise SandboxUnavailable(f"unsupported docker transport for exec streams: {type(raw).__name__}")
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, docker.errors.APIError):
+        return str(exc.explanation or exc)
+    return str(exc) or type(exc).__name__
+
+
+class DockerRuntime:
+    """Async facade over ``docker.APIClient``. Create it in the edge's entry point; close it last."""
+
+    def __init__(
+        self,
+        client: Any | None = None,
+        *,
+        base_url: str | None = None,
+        max_workers: int = 8,
+        timeout_s: float = 60.0,
+    ) -> None:
+        """``client``: a ``docker.DockerClient`` or ``docker.APIClient``. Without one, connect lazily
+        (on the executor, at the first call) to ``base_url``, or as the Docker CLI would
+        (``DOCKER_HOST`` etc.) when that is None too."""
+        self._client = client
+        self._base_url = base_url
+        self._client_lock = threading.Lock()
+        self._timeout_s = timeout_s
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="docker")
+        self._closed = False
+
+    @classmethod
+    def from_env(cls, *, max_workers: int = 8, timeout_s: float = 60.0) -> DockerRuntime:
+        return cls(None, max_workers=max_workers, timeout_s=timeout_s)
+
+    # plumbing --------------------------------------------------------------------------------
+
+    def _api(self) -> Any:
+        with self._client_lock:
+            if self._client is None:
+                if self._base_url:
+                    self._client = docker.DockerClient(base_url=self._base_url, timeout=int(self._timeout_s))
+                else:
+                    self._client = docker.from_env(timeout=int(self._timeout_s))
+            return getattr(self._client, "api", self._client)
+
+    async def _run(self, what: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        if self._closed:
+            raise SandboxUnavailable("docker runtime is closed")
+        loop = asyncio.get_running_loop()
+        call = functools.partial(self._guarded, what, func, *args, **kwargs)
+        return await loop.run_in_executor(self._executor, call)
+
+    def _guarded(self, what: str, func: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return func(*args, **kwargs)
+        except SandboxUnavailable:
+            raise
+        except docker.errors.ImageNotFound as exc:
+            raise SandboxUnavailable(f"{what}: image not found ({_describe(exc)})") from None
+        except docker.errors.APIError as exc:
+            raise SandboxUnavailable(f"{what}: {_describe(exc)}") from None
+        except (docker.errors.DockerException, requests.exceptions.RequestException, OSError) as exc:
+            raise SandboxUnavailable(f"{what}: docker engine unreachable ({_describe(exc)})") from None
+
+    async def close(self) -> None:
+        """Idempotent. Waits for running SDK calls, then closes the client."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(None, self._executor.shutdown, True)
+        if self._client is not None:
+            self._client.close()
+
+    # engine / images -------------------------------------------------------------------------
+
+    async def ping(self) -> None:
+        await self._run("ping", lambda: self._api().ping())
+
+    async def image_exists(self, image: str) -> bool:
+        def inspect() -> bool:
+            try:
+                self._api().inspect_image(image)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+        return await self._run("inspect image", inspect)
+
+    # volumes ---------------------------------------------------------------------------------
+
+    async def ensure_volume(self, name: str, labels: Mapping[str, str]) -> None:
+        """Create the named volume if it does not exist (creating an existing one is a no-op)."""
+        await self._run("create volume", lambda: self._api().create_volume(name, labels=dict(labels)))
+
+    async def remove_volume(self, name: str) -> bool:
+        def remove() -> bool:
+            try:
+                self._api().remove_volume(name, force=True)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+        return await self._run("remove volume", remove)
+
+    async def list_volumes(self, labels: Mapping[str, str]) -> list[str]:
+        def listing() -> list[str]:
+            result = self._api().volumes(filters={"label": _label_filters(labels)}) or {}
+            return [str(v["Name"]) for v in result.get("Volumes") or []]
+
+        return await self._run("list volumes", listing)
+
+    # containers ------------------------------------------------------------------------------
+
+    async def create_container(self, spec: SandboxSpec) -> str:
+        """Create and start a hardened container for ``spec``; returns its id."""
+        config = container_config(spec)
+
+        def create_and_start() -> str:
+            api = self._api()
+            created = api.create_container_from_config(config, name=spec.name)
+            container_id = str(created["Id"])
+            try:
+                api.start(container_id)
+            except Exception:
+                with contextlib.suppress(Exception):  # best effort; the start error is what matters
+                    api.remove_container(container_id, force=True)
+                raise
+            return container_id
+
+        return await self._run(f"create sandbox from {spec.image}", create_and_start)
+
+    async def container_state(self, container_id: str) -> str | None:
+        """The container's state (``running``, ``paused``, ``exited`` ...), or None if it is gone."""
+
+        def inspect() -> str | None:
+            try:
+                info = self._api().inspect_container(container_id)
+            except docker.errors.NotFound:
+                return None
+            return str(info["State"]["Status"])
+
+        return await self._run("inspect sandbox", inspect)
+
+    async def list_containers(self, labels: Mapping[str, str]) -> list[ContainerRecord]:
+        def listing() -> list[ContainerRecord]:
+            rows = self._api().containers(all=True, filters={"label": _label_filters(labels)})
+            return [
+                ContainerRecord(
+                    id=str(row["Id"]),
+                    state=str(row.get("State", "")),
+                    labels=dict(row.get("Labels") or {}),
+                    image=str(row.get("Image", "")),
+                )
+                for row in rows
+            ]
+
+        return await self._run("list sandboxes", listing)
+
+    async def pause(self, container_id: str) -> None:
+        await self._run("pause sandbox", lambda: self._api().pause(container_id))
+
+    async def unpause(self, container_id: str) -> None:
+        await self._run("unpause sandbox", lambda: self._api().unpause(container_id))
+
+    async def kill(self, container_id: str) -> None:
+        await self._run("kill sandbox", lambda: self._api().kill(container_id))
+
+    async def remove_container(self, container_id: str) -> bool:
+        """Force-remove (kills it if running or paused); False if it did not exist."""
+
+        def remove() -> bool:
+            try:
+                self._api().remove_container(container_id, force=True)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+        return await self._run("remove sandbox", remove)
+
+    # exec ------------------------------------------------------------------------------------
+
+    async def open_exec_stream(
+        self,
+        container_id: str,
+        cmd: Sequence[str],
+        *,
+        user: str,
+        workdir: str,
+        env: Mapping[str, str] | None = None,
+    ) -> ExecStream:
+        """Start ``cmd`` in the container with stdin attached; return the raw duplex stream."""
+
+        def start() -> ExecStream:
+            api = self._api()
+            exec_id = api.exec_create(
+                container_id,
+                list(cmd),
+                stdout=True,
+                stderr=True,
+                stdin=True,
+                tty=False,
+                user=user,
+                workdir=workdir,
+                environment=dict(env) if env else None,
+            )["Id"]
+            raw = api.exec_start(exec_id, tty=False, socket=True)
+            return ExecStream(_hijacked_socket(raw), raw)
+
+        return await self._run("open sandbox channel", start)
+
+
+def _label_filters(labels: Mapping[str, str]) -> list[str]:
+    return [f"{key}={value}" for key, value in labels.items()]
+
+
+def container_config(spec: SandboxSpec) -> dict[str, Any]:
+    """The Engine API ``ContainerCreate`` body for ``spec`` (pure; unit-tested)."""
+    tmpfs_opts = "rw,exec,nosuid,nodev"
+    host_config: dict[str, Any] = {
+        "Init": True,
+        "Privileged": False,
+        "ReadonlyRootfs": spec.read_only_rootfs,
+        "CapDrop": ["ALL"],
+        "SecurityOpt": ["no-new-privileges"],
+        "PidsLimit": spec.pids,
+        "Memory": spec.memory_bytes,
+        "MemorySwap": spec.memory_bytes,
+        "NanoCpus": int(spec.cpus * 1_000_000_000),
+        "NetworkMode": "none" if spec.network_disabled else "default",
+        "IpcMode": "private",
+        "RestartPolicy": {"Name": "no"},
+        "Tmpfs": {
+            "/tmp": f"{tmpfs_opts},size={spec.tmp_bytes},mode=1777",  # noqa: S108 - inside the sandbox
+            spec.home: f"{tmpfs_opts},size={spec.home_bytes},uid={spec.uid},gid={spec.gid}",
+        },
+        "Mounts": [{"Type": "volume", "Source": spec.volume, "Target": spec.workdir, "ReadOnly": False}],
+    }
+    return {
+        "Image": spec.image,
+        "Cmd": list(spec.command),
+        "Entrypoint": [""],  # reset any image entrypoint: run exactly Cmd
+        "User": spec.user,
+        "WorkingDir": spec.workdir,
+        "Hostname": "sandbox",
+        "Labels": dict(spec.labels),
+        "Env": [f"{key}={value}" for key, value in spec.env.items()],
+        "NetworkDisabled": spec.network_disabled,
+        "AttachStdin": False,
+        "AttachStdout": False,
+        "AttachStderr": False,
+        "Tty": False,
+        "OpenStdin": False,
+        "HostConfig": host_config,
+    }

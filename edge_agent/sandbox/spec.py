@@ -1,0 +1,109 @@
+"""What a sandbox is made of: limits from the caller, hardened defaults, names and labels.
+
+Pure data; :class:`~edge_agent.sandbox.runtime.DockerRuntime` turns a :class:`SandboxSpec` into
+Docker API calls.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+__all__ = [
+    "LABEL_EDGE_ID",
+    "LABEL_MANAGED",
+    "LABEL_SESSION_ID",
+    "SandboxLimits",
+    "SandboxSpec",
+    "container_name",
+    "sandbox_labels",
+    "sanitize_name",
+    "volume_name",
+]
+
+LABEL_MANAGED = "outpost.managed"
+LABEL_EDGE_ID = "outpost.edge_id"
+LABEL_SESSION_ID = "outpost.session_id"
+
+_UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
+_MAX_NAME_PART = 48
+
+
+@dataclass(frozen=True)
+class SandboxLimits:
+    """Resources the caller asks for; the edge's policy decides whether they are allowed."""
+
+    image: str
+    cpus: float
+    memory_bytes: int
+    pids: int
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything needed to create one sandbox container. Defaults are the hardened ones."""
+
+    name: str
+    image: str
+    labels: Mapping[str, str]
+    volume: str
+    cpus: float
+    memory_bytes: int
+    pids: int
+    user: str = "1000:1000"
+    workdir: str = "/workspace"
+    home: str = "/home/agent"
+    network_disabled: bool = True
+    read_only_rootfs: bool = True
+    tmp_bytes: int = 256 * 1024 * 1024
+    home_bytes: int = 64 * 1024 * 1024
+    command: tuple[str, ...] = ("sleep", "infinity")
+    env: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def for_session(cls, *, prefix: str, edge_id: str, session_id: str, limits: SandboxLimits) -> SandboxSpec:
+        return cls(
+            name=container_name(prefix, session_id),
+            image=limits.image,
+            labels=sandbox_labels(edge_id, session_id),
+            volume=volume_name(prefix, session_id),
+            cpus=limits.cpus,
+            memory_bytes=limits.memory_bytes,
+            pids=limits.pids,
+        )
+
+    @property
+    def uid(self) -> str:
+        return self.user.partition(":")[0]
+
+    @property
+    def gid(self) -> str:
+        user, _, group = self.user.partition(":")
+        return group or user
+
+
+def sanitize_name(text: str) -> str:
+    """A Docker-safe name part for ``text``; distinct inputs give distinct outputs."""
+    safe = _UNSAFE.sub("-", text).strip("-.") or "x"
+    if safe != text or len(safe) > _MAX_NAME_PART:
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:10]
+        safe = f"{safe[: _MAX_NAME_PART - 11]}-{digest}"
+    if not safe[0].isalnum():
+        safe = f"s{safe}"
+    return safe
+
+
+def volume_name(prefix: str, session_id: str) -> str:
+    return f"{prefix}-ws-{sanitize_name(session_id)}"
+
+
+def container_name(prefix: str, session_id: str) -> str:
+    # A random suffix: a replacement may be created while a dead predecessor is still listed.
+    return f"{prefix}-sb-{sanitize_name(session_id)}-{secrets.token_hex(3)}"
+
+
+def sandbox_labels(edge_id: str, session_id: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "1", LABEL_EDGE_ID: edge_id, LABEL_SESSION_ID: session_id}

@@ -1,0 +1,19 @@
+"""The public surface of edge_agent.sandbox, pinned."""
+
+from __future__ import annotations
+
+import edge_agent.sandbox as sandbox
+
+
+def test_exports() -> None:
+    assert sorted(sandbox.__all__) == [
+        "DaemonChannel",
+        "DockerRuntime",
+        "ReconcileReport",
+        "SandboxInfo",
+        "SandboxLimits",
+        "SandboxManager",
+        "SandboxSpec",
+    ]
+    for name in sandbox.__all__:
+        assert getattr(sandbox, name).__module__.startswith("edge_agent.sandbox.")
