@@ -39,11 +39,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return Backend(request.param, durable, opener, tmp_path)
 
 
-@pytest.fixture
-def durable_backend(backend: Backend) -> Backend:
-    if not backend.durable:
-        pytest.skip(f"{backend.name} keeps nothing across a reopen")
-    return backend
+@pytest.fixture(params=sorted(name for name, (durable, _) in BACKENDS.items() if durable))
+def durable_backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """Only the backends that keep data across a close and reopen (not the in-memory one)."""
+    durable, opener = BACKENDS[request.param]
+    return Backend(request.param, durable, opener, tmp_path)
 
 
 @pytest.fixture

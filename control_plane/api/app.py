@@ -1,0 +1,106 @@
+"""The HTTP API (ASGI): ``create_app`` wires the routers to the services they use.
+
+Middleware, outermost first: the ``request-id`` header, then the body-size limit (413 before a
+route reads an oversized body). Routes under ``/v1`` other than enrollment need an API key.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+
+from control_plane.api.agents import agents_router
+from control_plane.api.auth import ApiKeyAuth
+from control_plane.api.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
+from control_plane.api.coded_errors import install_coded_error_handler
+from control_plane.api.enroll_routes import enroll_router, operator_router
+from control_plane.api.environments import environments_router
+from control_plane.api.errors import install_error_handlers
+from control_plane.api.events import events_router
+from control_plane.api.operations import operations_router
+from control_plane.api.sessions import sessions_router
+from control_plane.bus import EventBus
+from control_plane.enroll import EnrollmentService
+from control_plane.runner import SessionRunner
+from control_plane.store.base import Store
+from control_plane.tunnel import EdgeGateway, EdgeRegistry
+from outpost_wire.version import SOFTWARE_VERSION
+
+__all__ = ["ApiConfig", "ApiServices", "NullRunner", "create_app"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ApiConfig:
+    """Limits and timings of the HTTP API."""
+
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
+    stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
+
+
+class NullRunner:
+    """A :class:`SessionRunner` for an API without a harness: input is recorded, nothing runs."""
+
+    async def wake(self, session_id: str) -> None:
+        log.debug("no harness attached; session %s stays as it is", session_id)
+
+    async def session_ended(self, session_id: str) -> None:
+        log.debug("no harness attached; nothing to stop for session %s", session_id)
+
+
+@dataclass(frozen=True)
+class ApiServices:
+    store: Store
+    enrollment: EnrollmentService
+    registry: EdgeRegistry
+    gateway: EdgeGateway
+    clock: Callable[[], datetime]
+    tunnel_address: str | None
+    bus: EventBus = field(default_factory=EventBus)
+    runner: SessionRunner = field(default_factory=NullRunner)
+    config: ApiConfig = field(default_factory=ApiConfig)
+
+
+def create_app(services: ApiServices) -> FastAPI:
+    app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
+    install_error_handlers(app)
+    install_coded_error_handler(app)
+    app.add_middleware(BodyLimitMiddleware, max_body_bytes=services.config.max_body_bytes)
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        rid = "req_" + secrets.token_hex(12)
+        request.state.request_id = rid
+        response = await call_next(request)
+        response.headers["request-id"] = rid
+        return response
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    # The enrollment token is the credential for enrolling; everything else needs an API key.
+    app.include_router(enroll_router(services.enrollment, tunnel_address=services.tunnel_address))
+    authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store))])
+    authed.include_router(operator_router(services.enrollment))
+    authed.include_router(environments_router(services.store, services.clock))
+    authed.include_router(agents_router(services.store, services.clock))
+    authed.include_router(sessions_router(services.store, services.bus, services.runner, services.clock))
+    authed.include_router(
+        events_router(
+            services.store,
+            services.bus,
+            services.runner,
+            services.clock,
+            ping_interval_s=services.config.stream_ping_interval_s,
+        )
+    )
+    authed.include_router(operations_router(services.store, services.registry, services.gateway))
+    app.include_router(authed)
+    return app

@@ -1,0 +1,159 @@
+"""``/v1/environments``: where sessions run. Outpost serves ``self_hosted`` environments: their
+sandboxes live on the edges enrolled into them. A ``cloud`` config is refused with a 400 saying so.
+
+An archived environment cannot be updated (400 with ``details.error_code: environment_archived``)
+nor used for new sessions; an unknown one is a 404 with ``environment_not_found``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter
+
+from control_plane.api.coded_errors import CodedApiError
+from control_plane.api.models import (
+    EnvironmentCreate,
+    EnvironmentUpdate,
+    apply_metadata_patch,
+    check_metadata,
+)
+from control_plane.api.query import check_limit
+from control_plane.api.wire import page_body, timestamp
+from control_plane.errors import InvalidRequest, NotFound
+from control_plane.store.base import Resource, Store
+
+__all__ = ["environment_json", "environments_router", "get_environment", "new_environment_id"]
+
+MAX_PAGE = 100
+SELF_HOSTED = {"type": "self_hosted"}
+
+
+def new_environment_id() -> str:
+    return "env_" + secrets.token_hex(12)
+
+
+def environment_json(res: Resource) -> dict[str, Any]:
+    body = res.body
+    return {
+        "type": "environment",
+        "id": res.id,
+        "name": body["name"],
+        "description": body.get("description"),
+        "metadata": body.get("metadata", {}),
+        "scope": body.get("scope"),
+        "config": body.get("config") or dict(SELF_HOSTED),
+        "created_at": timestamp(res.created_at),
+        "updated_at": timestamp(res.updated_at),
+        "archived_at": timestamp(res.archived_at) if res.archived_at else None,
+    }
+
+
+async def get_environment(store: Store, environment_id: str, *, usable: bool = False) -> Resource:
+    """The environment, or a 404 ``environment_not_found``; with ``usable``, an archived one is a
+    400 ``environment_archived``."""
+    try:
+        res = await store.get_resource("environment", environment_id)
+    except NotFound:
+        raise CodedApiError(
+            404, f"environment {environment_id!r} not found", "environment_not_found"
+        ) from None
+    if usable and res.archived_at is not None:
+        raise CodedApiError(400, f"environment {environment_id!r} is archived", "environment_archived")
+    return res
+
+
+def _config(config: dict[str, Any] | None) -> dict[str, str]:
+    """Only ``{"type": "self_hosted"}`` is served; omitted or null means that."""
+    if config is None:
+        return dict(SELF_HOSTED)
+    kind = config.get("type")
+    if kind == "cloud":
+        raise InvalidRequest(
+            "config.type 'cloud' is not available: Outpost runs sessions on self-hosted edges only; "
+            'use config {"type": "self_hosted"}',
+            param="config.type",
+        )
+    if kind != "self_hosted":
+        raise InvalidRequest(f"config.type must be 'self_hosted', not {kind!r}", param="config.type")
+    extra = sorted(set(config) - {"type"})
+    if extra:
+        raise InvalidRequest(
+            f"config: {', '.join(extra)} not allowed for a self_hosted environment", param="config"
+        )
+    return dict(SELF_HOSTED)
+
+
+def environments_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
+    router = APIRouter()
+
+    @router.post("/v1/environments")
+    async def create(body: EnvironmentCreate) -> dict[str, Any]:
+        stored = {
+            "name": body.name,
+            "description": body.description,
+            "config": _config(body.config),
+            "metadata": check_metadata(body.metadata),
+            "scope": body.scope,
+        }
+        res = await store.create_resource("environment", new_environment_id(), stored, clock())
+        return environment_json(res)
+
+    @router.get("/v1/environments/{environment_id}")
+    async def retrieve(environment_id: str) -> dict[str, Any]:
+        return environment_json(await get_environment(store, environment_id))
+
+    @router.post("/v1/environments/{environment_id}")
+    async def update(environment_id: str, body: EnvironmentUpdate) -> dict[str, Any]:
+        current = await get_environment(store, environment_id)
+        if current.archived_at is not None:
+            raise CodedApiError(
+                400,
+                f"environment {environment_id!r} is archived and cannot be updated",
+                "environment_archived",
+            )
+        sent = body.model_fields_set
+        new = dict(current.body)
+        if "name" in sent and body.name is not None:
+            new["name"] = body.name
+        if "description" in sent:
+            new["description"] = body.description
+        if "config" in sent and body.config is not None:
+            new["config"] = _config(body.config)
+        if "metadata" in sent:
+            new["metadata"] = apply_metadata_patch(
+                current.body.get("metadata", {}), body.metadata, empty_deletes=True
+            )
+        if "scope" in sent and body.scope is not None:
+            new["scope"] = body.scope
+        if new == current.body:
+            return environment_json(current)
+        res = await store.update_resource(
+            "environment", environment_id, new, clock(), expected_version=current.version
+        )
+        return environment_json(res)
+
+    @router.get("/v1/environments")
+    async def list_(
+        limit: int = 20, page: str | None = None, include_archived: bool = False
+    ) -> dict[str, Any]:
+        result = await store.list_resources(
+            "environment", include_archived=include_archived, limit=check_limit(limit, MAX_PAGE), cursor=page
+        )
+        return page_body([environment_json(r) for r in result.items], result.next_cursor)
+
+    @router.post("/v1/environments/{environment_id}/archive")
+    async def archive(environment_id: str) -> dict[str, Any]:
+        await get_environment(store, environment_id)
+        return environment_json(await store.archive_resource("environment", environment_id, clock()))
+
+    @router.delete("/v1/environments/{environment_id}")
+    async def delete(environment_id: str) -> dict[str, Any]:
+        await get_environment(store, environment_id)
+        await store.delete_resource("environment", environment_id)
+        return {"id": environment_id, "type": "environment_deleted"}
+
+    return router

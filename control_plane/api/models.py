@@ -1,0 +1,183 @@
+"""Request bodies of the agents, environments and sessions endpoints (pydantic, ``extra="forbid"``).
+
+Every field the SDK can send is declared, so an unknown key is a clear 400. Fields that are part of
+the API but not served by Outpost yet (``multiagent``, session ``budget`` and ``resources``,
+``vault_ids`` on update) are accepted by the model and refused by the route with a message naming
+the field. Whether an optional field was sent at all (``null`` clears, omitted preserves) is read
+from ``model_fields_set``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.errors import InvalidRequest
+from control_plane.sessions.agent_config import (
+    ExecutionIdentityParams,
+    McpServerParams,
+    ModelConfigParams,
+    SkillParams,
+    ToolParams,
+)
+
+__all__ = [
+    "AgentCreate",
+    "AgentRef",
+    "AgentUpdate",
+    "AgentWithOverrides",
+    "EnvironmentCreate",
+    "EnvironmentUpdate",
+    "EventsSend",
+    "SessionAgentUpdate",
+    "SessionCreate",
+    "SessionUpdate",
+    "apply_metadata_patch",
+    "check_metadata",
+]
+
+MAX_METADATA_PAIRS = 16
+MAX_METADATA_KEY = 64
+MAX_METADATA_VALUE = 512
+
+Name = Annotated[str, Field(min_length=1, max_length=256)]
+Description = Annotated[str, Field(max_length=2048)]
+SystemPrompt = Annotated[str, Field(max_length=100_000)]
+Model = str | ModelConfigParams
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# -- metadata ------------------------------------------------------------------------------------
+
+
+def check_metadata(metadata: dict[str, str], param: str = "metadata") -> dict[str, str]:
+    """Enforce the documented limits: 16 pairs, keys ≤ 64 chars, values ≤ 512 chars."""
+    if len(metadata) > MAX_METADATA_PAIRS:
+        raise InvalidRequest(f"{param}: at most {MAX_METADATA_PAIRS} key-value pairs", param=param)
+    for key, value in metadata.items():
+        if not key or len(key) > MAX_METADATA_KEY:
+            raise InvalidRequest(f"{param}: keys must be 1-{MAX_METADATA_KEY} characters", param=param)
+        if len(value) > MAX_METADATA_VALUE:
+            raise InvalidRequest(
+                f"{param}[{key!r}]: values must be at most {MAX_METADATA_VALUE} characters", param=param
+            )
+    return metadata
+
+
+def apply_metadata_patch(
+    current: dict[str, str], patch: dict[str, str | None] | None, *, empty_deletes: bool = False
+) -> dict[str, str]:
+    """Upsert string values, delete keys set to ``null`` (and to ``""`` with ``empty_deletes``)."""
+    merged = dict(current)
+    for key, value in (patch or {}).items():
+        if value is None or (empty_deletes and value == ""):
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    return check_metadata(merged)
+
+
+# -- agents --------------------------------------------------------------------------------------
+
+
+class AgentCreate(_Body):
+    name: Name
+    model: Model
+    description: Description | None = None
+    system: SystemPrompt | None = None
+    tools: list[ToolParams] = Field(default_factory=list)
+    mcp_servers: list[McpServerParams] = Field(default_factory=list)
+    skills: list[SkillParams] = Field(default_factory=list)
+    metadata: dict[str, str] = Field(default_factory=dict)
+    execution_identity: ExecutionIdentityParams | None = None
+    multiagent: dict[str, Any] | None = None
+
+
+class AgentUpdate(_Body):
+    version: Annotated[int, Field(ge=1)] | None = None
+    name: Name | None = None
+    model: Model | None = None
+    description: Description | None = None
+    system: SystemPrompt | None = None
+    tools: list[ToolParams] | None = None
+    mcp_servers: list[McpServerParams] | None = None
+    skills: list[SkillParams] | None = None
+    metadata: dict[str, str | None] | None = None
+    execution_identity: ExecutionIdentityParams | None = None
+    multiagent: dict[str, Any] | None = None
+
+
+# -- environments --------------------------------------------------------------------------------
+
+
+class EnvironmentCreate(_Body):
+    name: Annotated[str, Field(min_length=1, max_length=255)]
+    description: Description | None = None
+    config: dict[str, Any] | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    scope: Literal["organization", "account"] | None = None
+
+
+class EnvironmentUpdate(_Body):
+    name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    description: Description | None = None
+    config: dict[str, Any] | None = None
+    metadata: dict[str, str | None] | None = None
+    scope: Literal["organization", "account"] | None = None
+
+
+# -- sessions ------------------------------------------------------------------------------------
+
+
+class AgentRef(_Body):
+    type: Literal["agent"]
+    id: Annotated[str, Field(min_length=1)]
+    version: Annotated[int, Field(ge=1)] | None = None
+
+
+class AgentWithOverrides(_Body):
+    type: Literal["agent_with_overrides"]
+    id: Annotated[str, Field(min_length=1)]
+    version: Annotated[int, Field(ge=1)] | None = None
+    model: Model | None = None
+    system: SystemPrompt | None = None
+    tools: list[ToolParams] | None = None
+    mcp_servers: list[McpServerParams] | None = None
+    skills: list[SkillParams] | None = None
+
+
+class SessionCreate(_Body):
+    agent: (
+        Annotated[str, Field(min_length=1)]
+        | Annotated[AgentRef | AgentWithOverrides, Field(discriminator="type")]
+    )
+    environment_id: Annotated[str, Field(min_length=1)]
+    title: Annotated[str, Field(max_length=1024)] | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+    initial_events: Annotated[list[Any], Field(max_length=50)] = Field(default_factory=list)
+    vault_ids: list[str] = Field(default_factory=list)
+    resources: list[dict[str, Any]] = Field(default_factory=list)
+    budget: dict[str, Any] | None = None
+
+
+class SessionAgentUpdate(_Body):
+    tools: list[ToolParams] | None = None
+    mcp_servers: list[McpServerParams] | None = None
+
+
+class SessionUpdate(_Body):
+    agent: SessionAgentUpdate | None = None
+    title: Annotated[str, Field(max_length=1024)] | None = None
+    metadata: dict[str, str | None] | None = None
+    budget: dict[str, Any] | None = None
+    vault_ids: list[str] | None = None
+
+
+class EventsSend(_Body):
+    """The events themselves are checked by ``control_plane.sessions.input_events``."""
+
+    events: list[Any]

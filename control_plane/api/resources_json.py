@@ -1,0 +1,93 @@
+"""JSON shapes of agents and sessions, exactly as the SDK's ``BetaManagedAgentsAgent`` and
+``BetaManagedAgentsSession`` types declare them. Stored bodies hold the resolved configuration;
+the identity, version and timestamps come from the store's :class:`Resource`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from control_plane.api.wire import timestamp
+from control_plane.sessions.events import SessionStatus
+from control_plane.sessions.log import StatusView
+from control_plane.store.base import Resource
+
+__all__ = ["AGENT_CONFIG_FIELDS", "agent_json", "session_agent_snapshot", "session_json"]
+
+AGENT_CONFIG_FIELDS: tuple[str, ...] = (
+    "name",
+    "description",
+    "model",
+    "system",
+    "tools",
+    "mcp_servers",
+    "skills",
+    "execution_identity",
+    "multiagent",
+)
+"""The agent body fields a session snapshots (everything but ``metadata``)."""
+
+
+def agent_json(res: Resource) -> dict[str, Any]:
+    body = res.body
+    return {
+        "type": "agent",
+        "id": res.id,
+        "version": res.version,
+        "name": body["name"],
+        "description": body.get("description"),
+        "model": body["model"],
+        "system": body.get("system"),
+        "tools": body.get("tools", []),
+        "mcp_servers": body.get("mcp_servers", []),
+        "skills": body.get("skills", []),
+        "metadata": body.get("metadata", {}),
+        "execution_identity": body.get("execution_identity") or {"type": "service_account"},
+        "multiagent": body.get("multiagent"),
+        "created_at": timestamp(res.created_at),
+        "updated_at": timestamp(res.updated_at),
+        "archived_at": timestamp(res.archived_at) if res.archived_at else None,
+    }
+
+
+def session_agent_snapshot(agent: Resource) -> dict[str, Any]:
+    """The session's copy of the agent (``BetaManagedAgentsSessionAgent``)."""
+    full = agent_json(agent)
+    snapshot = {"type": "agent", "id": agent.id, "version": agent.version}
+    snapshot.update({name: full[name] for name in AGENT_CONFIG_FIELDS})
+    return snapshot
+
+
+def session_json(res: Resource, status: StatusView, usage: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """A session; ``status`` and ``usage`` are read from its log, the rest from its body."""
+    body = res.body
+    current = SessionStatus.TERMINATED if res.archived_at is not None else status.status
+    if current is SessionStatus.TERMINATED:
+        end = min(t for t in (res.archived_at, status.since, now) if t is not None)
+    else:
+        end = now
+    updated = max(t for t in (res.updated_at, status.since) if t is not None)
+    active = usage.get("active_seconds")
+    return {
+        "type": "session",
+        "id": res.id,
+        "status": current.value,
+        "agent": body["agent"],
+        "environment_id": body["environment_id"],
+        "vault_ids": body.get("vault_ids", []),
+        "resources": body.get("resources", []),
+        "metadata": body.get("metadata", {}),
+        "title": body.get("title"),
+        "budget": body.get("budget"),
+        "deployment_id": body.get("deployment_id"),
+        "outcome_evaluations": body.get("outcome_evaluations", []),
+        "usage": usage,
+        "stats": {
+            "active_seconds": float(active) if isinstance(active, int | float) else 0.0,
+            "duration_seconds": max(0.0, (end - res.created_at).total_seconds()),
+        },
+        "created_at": timestamp(res.created_at),
+        "updated_at": timestamp(updated),
+        "archived_at": timestamp(res.archived_at) if res.archived_at else None,
+    }

@@ -1,0 +1,209 @@
+"""The live event stream of a session (``GET /v1/sessions/{id}/events/stream``) as Server-Sent Events.
+
+Every frame names its type on an ``event:`` line (the SDK drops frames without one)::
+
+    id: 7                      (persisted events only: their seq in the log)
+    event: agent.message
+    data: {"id": "sevt_...", "type": "agent.message", "processed_at": "...", "content": [...]}
+
+Keep-alives are ``event: ping`` / ``data: {}`` frames, which the SDK skips.
+
+Delivery: the stream subscribes to the bus *before* it reads how far the log reaches, so every
+event persisted after the client connected is delivered, in log order, read back from the store on
+each ``Persisted`` notification (the bus carries no events, only "the log moved"), up to the seq
+it names, so events and the previews published between them keep their order. ``Delta`` items
+(``event_start`` / ``event_delta`` previews) are forwarded for the event types the client asked
+for in ``event_deltas[]``; a delta is only forwarded after its ``event_start`` was, because the SDK
+refuses a delta for a preview it has not seen start (nor is a preview started for an event already
+sent). When the session is deleted the stream sends a ``session.deleted`` frame and ends; otherwise
+it stays open until the client leaves.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Callable, Collection
+from datetime import datetime
+from typing import Any
+
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from control_plane.bus import Delta, EventBus, Subscription
+from control_plane.errors import NotFound
+from control_plane.sessions.events import event_json, new_event_id, rfc3339
+from control_plane.store.base import Event, Store
+
+__all__ = ["PING_FRAME", "EventStream", "SseResponse", "sse_frame"]
+
+log = logging.getLogger(__name__)
+
+PING_FRAME = b"event: ping\ndata: {}\n\n"
+_READ_BATCH = 500
+_MAX_OPEN_PREVIEWS = 1024
+
+
+def sse_frame(event_type: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
+    """One SSE frame; ``data`` is compact single-line JSON."""
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return f"{head}event: {event_type}\ndata: {body}\n\n".encode()
+
+
+class SseResponse(StreamingResponse):
+    """A streaming response that runs ``on_close`` however it ends (even if it never starts)."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, content: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
+        super().__init__(content, headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._on_close()
+
+
+class EventStream:
+    """The frames of one stream connection. Create it with :meth:`open`, which subscribes and
+    reads the starting point; iterate :meth:`frames`; :meth:`close` unsubscribes (idempotent)."""
+
+    def __init__(
+        self,
+        store: Store,
+        session_id: str,
+        subscription: contextlib.AbstractContextManager[Subscription],
+        sub: Subscription,
+        *,
+        last_seq: int,
+        backlog_to: int,
+        delta_types: Collection[str],
+        ping_interval_s: float,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._session_id = session_id
+        self._subscription = subscription
+        self._sub = sub
+        self._last_seq = last_seq
+        self._backlog_to = backlog_to  # the log's end when the stream opened
+        self._delta_types = frozenset(delta_types)
+        self._ping_interval_s = ping_interval_s
+        self._clock = clock
+        self._previews: dict[str, None] = {}  # ids of previews whose event_start was sent
+        self._delivered: dict[str, None] = {}  # ids of the events sent lately (no preview after)
+        self._closed = False
+
+    @classmethod
+    async def open(
+        cls,
+        store: Store,
+        bus: EventBus,
+        session_id: str,
+        *,
+        after_seq: int | None,
+        delta_types: Collection[str],
+        ping_interval_s: float,
+        clock: Callable[[], datetime],
+    ) -> EventStream:
+        subscription = bus.subscribe(session_id)
+        sub = subscription.__enter__()
+        try:
+            end = await store.last_seq(session_id)
+        except BaseException:
+            subscription.__exit__(None, None, None)
+            raise
+        return cls(
+            store,
+            session_id,
+            subscription,
+            sub,
+            last_seq=end if after_seq is None else min(after_seq, end),
+            backlog_to=end,
+            delta_types=delta_types,
+            ping_interval_s=ping_interval_s,
+            clock=clock,
+        )
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._subscription.__exit__(None, None, None)
+
+    async def frames(self) -> AsyncIterator[bytes]:
+        """Backlog first (only when resuming from ``after_seq``), then live frames until the
+        session is deleted."""
+        async for frame in self._read_new(up_to=self._backlog_to):
+            yield frame
+        while True:
+            item = await self._sub.get(self._ping_interval_s)
+            if item is None:
+                if not await self._session_exists():
+                    yield self._deleted_frame()
+                    return
+                yield PING_FRAME
+            elif isinstance(item, Delta):
+                preview = self._delta_frame(item.payload)
+                if preview is not None:
+                    yield preview
+            else:
+                delivered = False
+                async for frame in self._read_new(up_to=item.last_seq):
+                    delivered = True
+                    yield frame
+                if not delivered and not await self._session_exists():
+                    yield self._deleted_frame()
+                    return
+
+    async def _read_new(self, up_to: int) -> AsyncIterator[bytes]:
+        """Events after the last one sent, up to seq ``up_to``: reading no further than the
+        notification says keeps events and the deltas published between them in their order."""
+        while self._last_seq < up_to:
+            batch = await self._store.get_events(
+                self._session_id, after_seq=self._last_seq, before_seq=up_to + 1, limit=_READ_BATCH
+            )
+            for event in batch:
+                self._last_seq = event.seq
+                self._previews.pop(event.id, None)
+                self._delivered[event.id] = None
+                if len(self._delivered) > _MAX_OPEN_PREVIEWS:
+                    self._delivered.pop(next(iter(self._delivered)))
+                yield self._event_frame(event)
+            if len(batch) < _READ_BATCH:
+                return
+
+    @staticmethod
+    def _event_frame(event: Event) -> bytes:
+        return sse_frame(event.type, event_json(event), str(event.seq))
+
+    def _delta_frame(self, payload: dict[str, Any]) -> bytes | None:
+        kind = payload.get("type")
+        if kind == "event_start":
+            preview = payload.get("event")
+            if not isinstance(preview, dict) or preview.get("type") not in self._delta_types:
+                return None
+            preview_id = str(preview.get("id"))
+            if preview_id in self._delivered:  # the event itself went out already
+                return None
+            if len(self._previews) >= _MAX_OPEN_PREVIEWS:  # previews closed without an event
+                self._previews.pop(next(iter(self._previews)))
+            self._previews[preview_id] = None
+            return sse_frame("event_start", payload)
+        if kind == "event_delta" and str(payload.get("event_id")) in self._previews:
+            return sse_frame("event_delta", payload)
+        return None
+
+    async def _session_exists(self) -> bool:
+        try:
+            await self._store.get_resource("session", self._session_id)
+        except NotFound:
+            return False
+        return True
+
+    def _deleted_frame(self) -> bytes:
+        data = {"id": new_event_id(), "type": "session.deleted", "processed_at": rfc3339(self._clock())}
+        return sse_frame("session.deleted", data)

@@ -1,0 +1,98 @@
+"""In-process fan-out of session activity to live subscribers (SSE streams).
+
+Two kinds of item flow through the bus:
+
+* :class:`Persisted` — "the log of session S now reaches seq N". Subscribers read the new events
+  from the store (``get_events(after_seq=...)``), so the store stays the single source of truth and
+  a slow subscriber never misses an event: it just reads a longer slice.
+* :class:`Delta` — stream-only, ephemeral items (``event_start`` / ``event_delta`` while the model
+  is still streaming). Never stored; a subscriber that falls behind may drop them.
+
+Scale-out note: with several control-plane processes on one PostgreSQL store, ``Persisted`` will
+also arrive from other processes (LISTEN/NOTIFY); the interface stays the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["Delta", "EventBus", "Persisted", "Subscription"]
+
+_QUEUE_LIMIT = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Persisted:
+    session_id: str
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delta:
+    session_id: str
+    payload: dict[str, Any]  # the JSON of an event_start / event_delta frame
+
+
+class Subscription:
+    def __init__(self, session_id: str) -> None:
+        self.session_id = session_id
+        self._queue: asyncio.Queue[Persisted | Delta] = asyncio.Queue(_QUEUE_LIMIT)
+        self.dropped_deltas = 0
+
+    def _offer(self, item: Persisted | Delta) -> None:
+        try:
+            self._queue.put_nowait(item)
+        except asyncio.QueueFull:
+            if isinstance(item, Delta):
+                self.dropped_deltas += 1
+                return
+            # Make room for the notification: a delta or an older notification can go.
+            with contextlib.suppress(asyncio.QueueEmpty):
+                self._queue.get_nowait()
+            self._queue.put_nowait(item)
+
+    async def get(self, timeout_s: float | None = None) -> Persisted | Delta | None:
+        """The next item, or ``None`` after ``timeout_s`` (so callers can send keep-alive pings)."""
+        try:
+            return await asyncio.wait_for(self._queue.get(), timeout_s)
+        except TimeoutError:
+            return None
+
+    def __aiter__(self) -> AsyncIterator[Persisted | Delta]:
+        return self
+
+    async def __anext__(self) -> Persisted | Delta:
+        return await self._queue.get()
+
+
+class EventBus:
+    def __init__(self) -> None:
+        self._subs: dict[str, set[Subscription]] = {}
+
+    def publish_persisted(self, session_id: str, last_seq: int) -> None:
+        for sub in self._subs.get(session_id, ()):
+            sub._offer(Persisted(session_id, last_seq))
+
+    def publish_delta(self, session_id: str, payload: dict[str, Any]) -> None:
+        for sub in self._subs.get(session_id, ()):
+            sub._offer(Delta(session_id, payload))
+
+    @contextlib.contextmanager
+    def subscribe(self, session_id: str) -> Iterator[Subscription]:
+        sub = Subscription(session_id)
+        self._subs.setdefault(session_id, set()).add(sub)
+        try:
+            yield sub
+        finally:
+            subs = self._subs.get(session_id)
+            if subs is not None:
+                subs.discard(sub)
+                if not subs:
+                    del self._subs[session_id]
+
+    def subscriber_count(self, session_id: str) -> int:
+        return len(self._subs.get(session_id, ()))

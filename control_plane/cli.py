@@ -1,0 +1,235 @@
+"""``outpost-control``: run the control plane, and operate it.
+
+    outpost-control serve --data-dir DIR [--http 127.0.0.1:8080] [--tunnel 127.0.0.1:7443]
+    outpost-control environments create --name NAME
+    outpost-control tokens create --environment ENV_ID [--ttl-s 3600]
+    outpost-control edges list | edges connected | edges revoke EDGE_ID
+    outpost-control exec --environment ENV_ID --session SESSION bash 'ls -la'
+    outpost-control exec --environment ENV_ID --session SESSION read --input '{"file_path": "a.txt"}'
+
+Operator commands talk to the HTTP API (``--url``, default ``$OUTPOST_URL`` or
+http://127.0.0.1:8080) with an API key from ``--api-key-file``, ``$OUTPOST_API_KEY``, or the admin
+key file that ``serve`` writes into its data directory (``--data-dir``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from control_plane.config import ControlPlaneConfig
+from control_plane.server import ADMIN_KEY_FILE, ControlPlane
+
+__all__ = ["main"]
+
+
+def _hostport(value: str) -> tuple[str, int]:
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="outpost-control", description="Outpost control plane")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the API, the tunnel server and the harnesses")
+    serve.add_argument(
+        "--data-dir", type=Path, default=Path(os.environ.get("OUTPOST_DATA_DIR", "/var/lib/outpost-control"))
+    )
+    serve.add_argument("--http", type=_hostport, default=("127.0.0.1", 8080), help="API listen address")
+    serve.add_argument("--tunnel", type=_hostport, default=("127.0.0.1", 7443), help="tunnel listen address")
+    serve.add_argument("--public-tunnel-address", help="host:port edges dial (default: the listen address)")
+    serve.add_argument("--tls-hostname", action="append", default=[], help="name for the tunnel certificate")
+    serve.add_argument(
+        "--model-base-url", help="a Messages-API endpoint (default: $ANTHROPIC_BASE_URL or Anthropic's)"
+    )
+    serve.add_argument("--log-level", default="INFO")
+
+    def client(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--url", default=os.environ.get("OUTPOST_URL", "http://127.0.0.1:8080"))
+        sp.add_argument("--api-key-file", type=Path)
+        sp.add_argument("--data-dir", type=Path, default=os.environ.get("OUTPOST_DATA_DIR"))
+
+    env = sub.add_parser("environments", help="manage environments").add_subparsers(
+        dest="action", required=True
+    )
+    ec = env.add_parser("create")
+    client(ec)
+    ec.add_argument("--name", required=True)
+    ec.add_argument("--description")
+    client(env.add_parser("list"))
+
+    tok = sub.add_parser("tokens", help="enrollment tokens").add_subparsers(dest="action", required=True)
+    tc = tok.add_parser("create", help="a single-use, expiring token bound to an environment")
+    client(tc)
+    tc.add_argument("--environment", required=True)
+    tc.add_argument("--ttl-s", type=float, default=3600)
+
+    edges = sub.add_parser("edges", help="enrolled and connected edges").add_subparsers(
+        dest="action", required=True
+    )
+    client(edges.add_parser("list"))
+    client(edges.add_parser("connected"))
+    er = edges.add_parser("revoke")
+    client(er)
+    er.add_argument("edge_id")
+
+    ex = sub.add_parser("exec", help="run one tool call in a session's sandbox on an edge")
+    client(ex)
+    ex.add_argument("--environment", required=True)
+    ex.add_argument("--session", required=True)
+    ex.add_argument("--idempotency-key")
+    ex.add_argument("--input", help="tool input as JSON (default for bash: the command argument)")
+    ex.add_argument("tool")
+    ex.add_argument("argument", nargs="?", help="for bash: the command")
+
+    sd = sub.add_parser("destroy-sandbox", help="destroy a session's sandbox and workspace")
+    client(sd)
+    sd.add_argument("--environment", required=True)
+    sd.add_argument("--session", required=True)
+    return p
+
+
+# -- serve ---------------------------------------------------------------------------------------
+async def _serve(args: argparse.Namespace) -> int:
+    config = ControlPlaneConfig(
+        data_dir=args.data_dir,
+        http_host=args.http[0],
+        http_port=args.http[1],
+        tunnel_host=args.tunnel[0],
+        tunnel_port=args.tunnel[1],
+        public_tunnel_address=args.public_tunnel_address,
+        tls_hostnames=("localhost", *args.tls_hostname),
+        model_base_url=args.model_base_url,
+    )
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with ControlPlane(config) as cp:
+        print(f"Outpost control plane {cp.id}: API {cp.http_url}, tunnel {cp.tunnel_address}", flush=True)
+        print(f"admin API key: {cp.admin_key_path}", flush=True)
+        await stop.wait()
+        logging.getLogger("outpost_control").info("signal received; draining edges")
+    return 0
+
+
+# -- operator client -----------------------------------------------------------------------------
+def _api_key(args: argparse.Namespace) -> str:
+    if args.api_key_file is not None:
+        return Path(args.api_key_file).read_text().strip()
+    if os.environ.get("OUTPOST_API_KEY"):
+        return os.environ["OUTPOST_API_KEY"].strip()
+    if args.data_dir:
+        return (Path(args.data_dir) / ADMIN_KEY_FILE).read_text().strip()
+    raise SystemExit("outpost-control: no API key: pass --api-key-file, set OUTPOST_API_KEY, or --data-dir")
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    with httpx.Client(
+        base_url=args.url, timeout=300, headers={"authorization": f"Bearer {_api_key(args)}"}
+    ) as c:
+        response = c.request(method, path, json=body)
+    data = response.json() if response.content else None
+    if response.status_code >= 400:
+        err = (data or {}).get("error", {}) if isinstance(data, dict) else {}
+        message = err.get("message", response.text)
+        raise SystemExit(f"outpost-control: {response.status_code} {err.get('type', '')}: {message}")
+    return data
+
+
+def _print(data: Any) -> None:
+    print(json.dumps(data, indent=2))
+
+
+def _operate(args: argparse.Namespace) -> int:
+    cmd, action = args.command, getattr(args, "action", None)
+    if cmd == "environments" and action == "create":
+        body: dict[str, Any] = {"name": args.name, "config": {"type": "self_hosted"}}
+        if args.description:
+            body["description"] = args.description
+        _print(_call(args, "POST", "/v1/environments", body))
+    elif cmd == "environments":
+        _print(_call(args, "GET", "/v1/environments"))
+    elif cmd == "tokens":
+        data = _call(
+            args,
+            "POST",
+            f"/v1/environments/{args.environment}/enrollment_tokens",
+            {"ttl_seconds": args.ttl_s},
+        )
+        _print(data)
+        print(
+            "\nOn the edge host (the token is single use; keep it out of shell history):\n"
+            f"  echo '<token>' > token && outpost-edge register --control-plane {args.url} "
+            f"--token-file token --ca-fingerprint {data['ca_fingerprint']}",
+            file=sys.stderr,
+        )
+    elif cmd == "edges" and action == "list":
+        _print(_call(args, "GET", "/v1/edges"))
+    elif cmd == "edges" and action == "connected":
+        _print(_call(args, "GET", "/v1/connected_edges"))
+    elif cmd == "edges" and action == "revoke":
+        _print(_call(args, "POST", f"/v1/edges/{args.edge_id}/revoke"))
+    elif cmd == "exec":
+        return _exec(args)
+    elif cmd == "destroy-sandbox":
+        _print(
+            _call(
+                args,
+                "POST",
+                "/v1/sandboxes/destroy",
+                {"environment_id": args.environment, "session_id": args.session},
+            )
+        )
+    return 0
+
+
+def _exec(args: argparse.Namespace) -> int:
+    if args.input:
+        tool_input = json.loads(args.input)
+    elif args.tool == "bash" and args.argument is not None:
+        tool_input = {"command": args.argument}
+    else:
+        raise SystemExit("outpost-control: give the tool input with --input JSON (or a command for bash)")
+    body = {
+        "environment_id": args.environment,
+        "session_id": args.session,
+        "tool": args.tool,
+        "input": tool_input,
+    }
+    if args.idempotency_key:
+        body["idempotency_key"] = args.idempotency_key
+    data = _call(args, "POST", "/v1/sandboxes/exec", body)
+    for block in data["content"]:
+        if block["type"] == "text":
+            print(block["text"])
+        else:
+            source = block["source"]
+            print(f"[{block['type']} {source['media_type']}, {len(source['data'])} base64 chars]")
+    return 1 if data["is_error"] else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "serve":
+        logging.basicConfig(
+            level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+        )
+        return asyncio.run(_serve(args))
+    return _operate(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

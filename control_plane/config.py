@@ -1,0 +1,41 @@
+"""The control plane's configuration: explicit objects, validated, units in names."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.harness.config import HarnessConfig
+
+__all__ = ["ControlPlaneConfig"]
+
+
+class ControlPlaneConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data_dir: Path = Path("/var/lib/outpost-control")
+    store_url: str | None = None  # default: sqlite:///<data_dir>/outpost.db
+    http_host: str = "127.0.0.1"
+    http_port: int = Field(8080, ge=0, le=65535)
+    tunnel_host: str = "127.0.0.1"
+    tunnel_port: int = Field(7443, ge=0, le=65535)
+    #: What edges dial (host:port). Default: tunnel_host:<bound port>.
+    public_tunnel_address: str | None = None
+    #: Names and addresses put in the tunnel server's certificate (edges verify one of them).
+    tls_hostnames: tuple[str, ...] = ("localhost",)
+    tls_ips: tuple[str, ...] = ("127.0.0.1",)
+    heartbeat_interval_s: float = Field(10.0, gt=0)
+    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    drain_grace_s: float = Field(30.0, ge=0)
+    reconnect_grace_s: float = Field(30.0, ge=0)  # how long a call waits for its edge to come back
+    edge_wait_s: float = Field(10.0, ge=0)  # how long a call waits for any edge of its environment
+    max_frame_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024)
+    #: The model endpoint (any Messages-API server). ``None``: ``$ANTHROPIC_BASE_URL`` or Anthropic's.
+    model_base_url: str | None = None
+    #: The harnesses: leases, model retries, provisioning mode.
+    harness: HarnessConfig = HarnessConfig()
+
+    @property
+    def effective_store_url(self) -> str:
+        return self.store_url or f"sqlite:///{self.data_dir / 'outpost.db'}"

@@ -1,0 +1,228 @@
+"""The agent configuration as the harness uses it: which tools the model sees, and their policies.
+
+:class:`AgentSpec` is parsed once from the session's resolved ``agent`` snapshot. The tools go to
+the model in a stable order (the toolset's tools in :data:`TOOLSET_ORDER`, then custom tools in the
+agent's order) so that prompt caching keeps hitting. Nothing here does I/O.
+
+Toolset policies: ``always_allow`` → ``evaluated_permission: allow``; ``always_ask`` → ``ask`` (the
+call waits for ``user.tool_confirmation``); ``auto`` → ``allow`` (Outpost has no risk classifier
+yet; documented deviation). Tools the model names that the agent does not enable are ``deny``.
+``web_fetch`` / ``web_search`` (server-executed upstream) and MCP toolsets are not offered yet.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from control_plane.sessions.agent_config import agent_tool_settings
+
+__all__ = ["TOOLSET_ORDER", "AgentSpec", "CustomTool", "Permission", "ToolsetTool"]
+
+#: The sandbox tools of ``agent_toolset_20260401``, in the order the model sees them.
+TOOLSET_ORDER: tuple[str, ...] = ("bash", "edit", "read", "write", "glob", "grep")
+
+_TOOLSET_DEFINITIONS: dict[str, dict[str, Any]] = {
+    "bash": {
+        "description": (
+            "Run a command in a persistent bash shell in the session's sandbox. The working "
+            "directory and environment persist between calls. A non-zero exit status is an error "
+            "result carrying the output. Set restart to true (without a command) to start a fresh shell."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "Shell command to execute."},
+                "restart": {"type": "boolean", "description": "Restart the bash session instead."},
+                "timeout_ms": {"type": "integer", "description": "Per-call timeout in milliseconds."},
+            },
+        },
+    },
+    "edit": {
+        "description": (
+            "Replace old_string with new_string in a file. old_string must occur exactly once "
+            "unless replace_all is true."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file to edit."},
+                "old_string": {"type": "string", "description": "Substring to find and replace."},
+                "new_string": {"type": "string", "description": "Replacement text."},
+                "replace_all": {"type": "boolean", "description": "Replace every occurrence."},
+            },
+            "required": ["file_path", "old_string", "new_string"],
+        },
+    },
+    "read": {
+        "description": (
+            "Read a file. Text files are returned as text; images and PDFs as content blocks. "
+            "view_range [start, end] selects 1-indexed inclusive lines (end <= 0 means to the end)."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file to read."},
+                "view_range": {
+                    "type": "array",
+                    "items": {"type": "integer"},
+                    "description": "Optional [start_line, end_line], 1-indexed inclusive.",
+                },
+            },
+            "required": ["file_path"],
+        },
+    },
+    "write": {
+        "description": "Write (overwrite) a whole file, creating parent directories.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "file_path": {"type": "string", "description": "Path of the file to write."},
+                "content": {"type": "string", "description": "Full file contents to write."},
+            },
+            "required": ["file_path", "content"],
+        },
+    },
+    "glob": {
+        "description": "List paths matching a glob pattern (** allowed), newest first.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Glob pattern, e.g. **/*.py."},
+                "path": {"type": "string", "description": "Directory to search under."},
+            },
+            "required": ["pattern"],
+        },
+    },
+    "grep": {
+        "description": "Search file contents for a regular expression; returns path:line:text lines.",
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "pattern": {"type": "string", "description": "Regular expression to search for."},
+                "path": {"type": "string", "description": "Directory to search under."},
+            },
+            "required": ["pattern"],
+        },
+    },
+}
+
+_POLICY_TO_PERMISSION = {"always_allow": "allow", "always_ask": "ask", "auto": "allow"}
+
+
+@dataclass(frozen=True, slots=True)
+class Permission:
+    """How a tool call of the model is handled.
+
+    ``kind``: ``toolset`` (run through the gateway), ``custom`` (the client runs it) or ``unknown``
+    (not enabled: refused). ``permission``: ``allow`` | ``ask`` | ``deny``; ``policy`` is the
+    configured policy type (``always_allow`` | ``always_ask`` | ``auto``) or ``None``.
+    """
+
+    kind: str
+    permission: str
+    policy: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsetTool:
+    name: str
+    policy: str  # always_allow | always_ask | auto
+
+
+@dataclass(frozen=True, slots=True)
+class CustomTool:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSpec:
+    """What the harness needs from the session's resolved ``agent`` snapshot."""
+
+    model: str
+    system: str | None
+    toolset: tuple[ToolsetTool, ...] = ()
+    custom: tuple[CustomTool, ...] = ()
+
+    @classmethod
+    def from_json(cls, agent: Mapping[str, Any]) -> AgentSpec:
+        """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
+        resolved by ``control_plane.sessions.agent_config``). Raises ``ValueError`` when there is
+        no model id or the tools are not in the resolved form."""
+        model = agent.get("model")
+        model_id = model.get("id") if isinstance(model, Mapping) else model
+        if not isinstance(model_id, str) or not model_id:
+            raise ValueError("the session's agent has no model id")
+        system = agent.get("system")
+        raw_tools = [t for t in agent.get("tools") or () if isinstance(t, Mapping)]
+        try:
+            settings = agent_tool_settings(raw_tools)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"the session's agent tools are not resolved: {exc!r}") from None
+        policies = {s.name: s.permission_policy for s in settings if s.kind == "agent_toolset" and s.enabled}
+        custom = [
+            CustomTool(
+                name=str(t["name"]),
+                description=str(t.get("description") or ""),
+                input_schema=dict(t["input_schema"])
+                if isinstance(t.get("input_schema"), Mapping)
+                else {"type": "object"},
+            )
+            for t in raw_tools
+            if t.get("type") == "custom" and isinstance(t.get("name"), str)
+        ]
+        return cls(
+            model=model_id,
+            system=system if isinstance(system, str) and system else None,
+            toolset=tuple(ToolsetTool(name, policies[name]) for name in TOOLSET_ORDER if name in policies),
+            custom=tuple(custom),
+        )
+
+    @property
+    def uses_sandbox(self) -> bool:
+        """Whether any tool runs in the sandbox (so provisioning one is worth it)."""
+        return bool(self.toolset)
+
+    def permission(self, name: str) -> Permission:
+        """How a call of tool ``name`` is handled."""
+        for tool in self.toolset:
+            if tool.name == name:
+                return Permission("toolset", _POLICY_TO_PERMISSION.get(tool.policy, "ask"), tool.policy)
+        for custom in self.custom:
+            if custom.name == name:
+                return Permission("custom", "allow")
+        return Permission("unknown", "deny")
+
+    def tools_param(self) -> list[dict[str, Any]]:
+        """The Messages API ``tools``, in a stable order, ``cache_control`` on the last one."""
+        tools: list[dict[str, Any]] = []
+        for tool in self.toolset:
+            definition = _TOOLSET_DEFINITIONS[tool.name]
+            tools.append(
+                {
+                    "name": tool.name,
+                    "description": definition["description"],
+                    "input_schema": copy.deepcopy(definition["input_schema"]),
+                }
+            )
+        for custom in self.custom:
+            tools.append(
+                {
+                    "name": custom.name,
+                    "description": custom.description,
+                    "input_schema": copy.deepcopy(custom.input_schema),
+                }
+            )
+        if tools:
+            tools[-1]["cache_control"] = {"type": "ephemeral"}
+        return tools
+
+    def system_param(self) -> list[dict[str, Any]] | None:
+        """The ``system`` blocks (one, with ``cache_control``), or ``None`` without a prompt."""
+        if self.system is None:
+            return None
+        return [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}]

@@ -1,0 +1,55 @@
+"""``HarnessConfig``: every knob of the harness, explicit, validated, units in names."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = ["HarnessConfig"]
+
+
+class HarnessConfig(BaseModel):
+    """How the harness runs sessions. Passed down explicitly; there are no module globals.
+
+    Provisioning modes (the benchmark compares them):
+
+    * ``speculative_provision`` (default): when a turn starts on a session that has no sandbox
+      yet, ``provision`` is fired in the background *in parallel* with the first model call and
+      never awaited; a failure is only logged (the first ``execute`` provisions lazily anyway).
+    * ``eager_provision``: ``provision`` is awaited *before* the first model call, as a design
+      that couples brain and hands would do. Wins over ``speculative_provision``.
+    * neither: the sandbox is made by the first ``execute`` only.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Lease on a session: renewed every ``lease_ttl_s / 3`` while held; when it expires another
+    #: harness may take the session over.
+    lease_ttl_s: float = Field(30.0, gt=0)
+    #: How often to look for expired leases (sessions of a harness that died) and wake them.
+    lease_scan_interval_s: float = Field(5.0, gt=0)
+    #: How often a woken session retries a lease that another harness holds.
+    lease_busy_retry_s: float = Field(0.5, gt=0)
+    #: Model requests per failure streak: the first try plus retries (3 = 2 retries).
+    model_attempts: int = Field(3, ge=1)
+    #: Backoff before retry k (k = 1, 2 ...): ``initial * 2**(k-1)``, capped at ``max``.
+    model_backoff_initial_s: float = Field(1.0, ge=0)
+    model_backoff_max_s: float = Field(30.0, ge=0)
+    max_tokens: int = Field(8192, ge=1)
+    speculative_provision: bool = True
+    eager_provision: bool = False
+    #: Deadline of one tool call; ``None`` leaves it to the gateway (bash's ``timeout_ms`` or its default).
+    tool_timeout_s: float | None = Field(None, gt=0)
+    #: After an unexpected harness error on a session, wake it again after this long.
+    error_retry_s: float = Field(5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check_backoff(self) -> HarnessConfig:
+        if self.model_backoff_max_s < self.model_backoff_initial_s:
+            raise ValueError("model_backoff_max_s must be at least model_backoff_initial_s")
+        return self
+
+    def backoff_s(self, retry: int) -> float:
+        """The wait before retry number ``retry`` (1-based) of a failed model request."""
+        if retry < 1:
+            return 0.0
+        return float(min(self.model_backoff_initial_s * 2 ** (retry - 1), self.model_backoff_max_s))

@@ -1,0 +1,420 @@
+"""``SessionDriver``: performs the step function's decisions for one session.
+
+The driver holds no state of its own that matters: it folds the log incrementally, asks
+:func:`~control_plane.harness.step.decide` what to do, and does it: appends (fenced with the lease
+epoch; the first append of a decision guarded with ``expected_seq`` at the position the decision was
+made, so input that arrived meanwhile makes it decide again), model calls (streamed, deltas fanned
+out on the bus, the whole outcome appended at once), tool calls through the gateway (the
+``agent.tool_use`` event id is the idempotency key), and session resource updates (``status``,
+``usage``). After every append it publishes ``publish_persisted``.
+
+Stopping: ``Fenced`` on an append or a lost lease stops the session's work quietly (another harness
+owns it now); ``user.interrupt`` cancels the model stream or tool call in flight, and the next step
+ends the turn. A model request cancelled this way leaves no assistant message: it is not billed
+twice, since nothing was recorded as finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol, TypeVar
+
+from control_plane.bus import EventBus
+from control_plane.errors import EdgeUnavailable, Fenced, NotFound, SequenceConflict, VersionConflict
+from control_plane.harness import events as ev
+from control_plane.harness.agent import AgentSpec
+from control_plane.harness.config import HarnessConfig
+from control_plane.harness.fold import SessionState
+from control_plane.harness.lease import LeaseKeeper
+from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
+from control_plane.harness.step import (
+    CallModel,
+    Decision,
+    DispatchTool,
+    decide,
+    model_failure_events,
+    model_output_events,
+)
+from control_plane.sessions.log import append_and_publish
+from control_plane.store.base import Event, NewEvent, Store
+from outpost_wire.errors import OutpostError
+from outpost_wire.results import ToolResult
+
+__all__ = ["DriverContext", "SessionDriver", "ToolGateway"]
+
+log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
+_RESOURCE_RETRIES = 8
+_LEADING_STATUSES = frozenset({"running", "rescheduling"})
+
+
+class ToolGateway(Protocol):
+    """The hands as the harness sees them (``control_plane.tunnel.EdgeGateway`` fits)."""
+
+    async def provision(self, session_id: str, environment_id: str) -> object: ...
+
+    async def execute(
+        self,
+        session_id: str,
+        environment_id: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> ToolResult: ...
+
+    async def destroy(self, session_id: str, environment_id: str) -> bool: ...
+
+
+@dataclass
+class DriverContext:
+    """What every session's driver shares (owned by the ``Harness``)."""
+
+    store: Store
+    gateway: ToolGateway
+    model: ModelClient
+    bus: EventBus
+    config: HarnessConfig
+    clock: Callable[[], datetime]
+    provisioned: set[str] = field(default_factory=set)  # sessions known to have a sandbox
+    background: set[asyncio.Task[None]] = field(default_factory=set)  # speculative provisioning
+    new_id: Callable[[], str] = ev.new_event_id
+
+
+class _Stop(Exception):
+    """This harness must stop working on the session (fenced, lease lost, session gone)."""
+
+
+class _Interrupted(Exception):
+    """A ``user.interrupt`` arrived while an effect was in flight."""
+
+
+class SessionDriver:
+    """Runs one session from its log until there is nothing to do (one instance per wake)."""
+
+    def __init__(self, ctx: DriverContext, session_id: str, lease: LeaseKeeper, wake: asyncio.Event) -> None:
+        self._ctx = ctx
+        self._sid = session_id
+        self._lease = lease
+        self._wake = wake
+        self._state = SessionState()
+        self._agent: AgentSpec | None = None
+        self.environment_id: str | None = None
+
+    async def run(self) -> None:
+        """Step until idle. Returns quietly when fenced, when the lease is lost or when the
+        session is gone; other errors propagate."""
+        try:
+            await self._run()
+        except _Stop as stop:
+            log.info("session %s: stopping: %s", self._sid, stop)
+
+    async def _run(self) -> None:
+        body = await self._load_session()
+        if body is None:
+            return
+        try:
+            self._agent = AgentSpec.from_json(body.get("agent") or {})
+        except ValueError as exc:
+            log.error("session %s: cannot run: %s", self._sid, exc)
+            return
+        env = body.get("environment_id")
+        self.environment_id = env if isinstance(env, str) and env else None
+        while True:
+            if self._lease.lost.is_set():
+                raise _Stop("lease lost")
+            await self._refresh()
+            decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock())
+            if decision.idle:
+                log.debug("session %s: %s", self._sid, decision.reason)
+                break
+            log.debug("session %s: %s", self._sid, decision.reason)
+            try:
+                await self._perform(decision)
+            except SequenceConflict:
+                log.debug("session %s: new events arrived; deciding again", self._sid)
+        await self._update_resource(status=self._state.status)
+
+    async def _load_session(self) -> dict[str, Any] | None:
+        try:
+            resource = await self._ctx.store.get_resource("session", self._sid)
+        except NotFound:
+            log.info("session %s: gone; nothing to run", self._sid)
+            return None
+        if resource.archived_at is not None or resource.body.get("status") == "terminated":
+            return None
+        return resource.body
+
+    async def _refresh(self) -> None:
+        events = await self._ctx.store.get_events(self._sid, after_seq=self._state.last_seq)
+        for event in events:
+            self._state.apply(event)
+
+    # -- performing a decision --------------------------------------------------------------------
+    async def _perform(self, decision: Decision) -> None:
+        if decision.delay_s > 0:
+            with contextlib.suppress(_Interrupted):
+                await self._interruptible(asyncio.sleep(decision.delay_s))
+            return
+        expected = self._state.last_seq
+        if decision.appends:
+            stored = await self._append_with_status(decision.appends, expected_seq=expected)
+            expected = stored[-1].seq
+        if isinstance(decision.effect, CallModel):
+            await self._call_model(decision.effect, expected)
+        elif isinstance(decision.effect, DispatchTool):
+            await self._dispatch(decision.effect)
+
+    async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
+        events = [NewEvent(d.id or self._ctx.new_id(), d.type, d.payload) for d in drafts]
+        try:
+            return await append_and_publish(
+                self._ctx.store,
+                self._ctx.bus,
+                self._sid,
+                events,
+                self._ctx.clock(),
+                expected_seq=expected_seq,
+                epoch=self._lease.epoch,
+            )
+        except Fenced as exc:
+            raise _Stop(f"fenced: {exc}") from None
+
+    async def _append_with_status(
+        self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None
+    ) -> list[Event]:
+        """Append, keeping the session resource's ``status`` in step. A move to ``running`` /
+        ``rescheduling`` is written to the resource *before* the append, a move to ``idle`` /
+        ``terminated`` after it: a crash in between leaves the resource saying "running", so a
+        restarted harness's scan wakes the session and the log settles the truth."""
+        status = _last_status(drafts)
+        if status in _LEADING_STATUSES:
+            await self._update_resource(status=status)
+        stored = await self._append(drafts, expected_seq=expected_seq)
+        if status is not None and status not in _LEADING_STATUSES:
+            await self._update_resource(status=status)
+        return stored
+
+    async def _call_model(self, call: CallModel, expected_seq: int) -> None:
+        assert self._agent is not None
+        usage_before = dict(self._state.usage)
+        if call.provision:
+            await self._start_provisioning()
+        start_id = self._ctx.new_id()
+        await self._append([ev.Draft(ev.SPAN_MODEL_REQUEST_START, {}, start_id)], expected_seq=expected_seq)
+        ids: dict[int, str] = {}
+        try:
+            message = await self._interruptible(self._ctx.model.stream(call.request, self._on_stream(ids)))
+        except _Interrupted:
+            return  # the next step closes the span and ends the turn
+        except ModelError as exc:
+            log.warning("session %s: model request failed (attempt %d): %s", self._sid, call.attempt, exc)
+            drafts = model_failure_events(
+                attempt=call.attempt,
+                config=self._ctx.config,
+                error_type=exc.error_type,
+                message=exc.message,
+                retryable=exc.retryable,
+                start_id=start_id,
+            )
+            await self._append_with_status(drafts)
+            return
+        block_ids = _block_event_ids(message, ids, self._ctx.new_id)
+        drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before)
+        await self._append(drafts)
+        await self._update_resource(usage=drafts[-1].payload["usage"])
+
+    def _on_stream(self, ids: dict[int, str]) -> Callable[[StreamEvent], None]:
+        """Fan model stream events out as ``event_start`` / ``event_delta``; ``ids`` receives the
+        event id of every content block (consecutive text blocks share one ``agent.message``)."""
+        kinds: dict[int, str] = {}
+        group_start: dict[int, int] = {}
+        publish = self._ctx.bus.publish_delta
+
+        def on_event(item: StreamEvent) -> None:
+            if isinstance(item, BlockStart):
+                kinds[item.index] = item.type
+                prev = item.index - 1
+                if item.type == "text" and kinds.get(prev) == "text" and prev in ids:
+                    ids[item.index] = ids[prev]
+                    group_start[item.index] = group_start[prev]
+                    return
+                ids[item.index] = event_id = self._ctx.new_id()
+                group_start[item.index] = item.index
+                if item.type == "text":
+                    kind = ev.AGENT_MESSAGE
+                elif item.type in ("thinking", "redacted_thinking"):
+                    kind = ev.AGENT_THINKING
+                else:
+                    return
+                publish(self._sid, {"type": "event_start", "event": {"type": kind, "id": event_id}})
+            elif isinstance(item, TextDelta) and item.index in ids:
+                delta = {
+                    "type": "content_delta",
+                    "index": item.index - group_start[item.index],
+                    "content": {"type": "text", "text": item.text},
+                }
+                publish(self._sid, {"type": "event_delta", "event_id": ids[item.index], "delta": delta})
+
+        return on_event
+
+    async def _start_provisioning(self) -> None:
+        config, env = self._ctx.config, self.environment_id
+        if env is None or self._sid in self._ctx.provisioned:
+            return
+        if config.eager_provision:
+            await self._provision(env)
+        elif config.speculative_provision:
+            task = asyncio.create_task(self._provision(env), name=f"provision-{self._sid}")
+            self._ctx.background.add(task)
+            task.add_done_callback(self._ctx.background.discard)
+
+    async def _provision(self, environment_id: str) -> None:
+        try:
+            await self._ctx.gateway.provision(self._sid, environment_id)
+        except Exception as exc:
+            log.warning(
+                "session %s: provisioning failed (the first tool call will retry): %s", self._sid, exc
+            )
+            return
+        self._ctx.provisioned.add(self._sid)
+
+    async def _dispatch(self, call: DispatchTool) -> None:
+        content: list[dict[str, Any]]
+        if self.environment_id is None:
+            content, is_error = ev.text_content("The session has no environment to run tools in."), True
+        else:
+            try:
+                result = await self._interruptible(
+                    self._ctx.gateway.execute(
+                        self._sid,
+                        self.environment_id,
+                        call.name,
+                        call.input,
+                        idempotency_key=call.tool_use_id,
+                        timeout_s=self._ctx.config.tool_timeout_s,
+                    )
+                )
+            except _Interrupted:
+                return  # the next step answers the call as interrupted and ends the turn
+            except EdgeUnavailable as exc:
+                content, is_error = ev.text_content(f"The sandbox is unavailable: {exc}"), True
+            except OutpostError as exc:
+                content, is_error = ev.text_content(f"The tool call failed: {exc}"), True
+            else:
+                self._ctx.provisioned.add(self._sid)
+                content, is_error = result.to_json(), result.is_error
+        await self._append([ev.tool_result(call.tool_use_id, content, is_error=is_error)])
+
+    # -- interruption -------------------------------------------------------------------------------
+    async def _interruptible(self, awaitable: Awaitable[_T]) -> _T:
+        """Await ``awaitable`` unless a ``user.interrupt`` arrives (→ ``_Interrupted``) or the
+        lease is lost (→ ``_Stop``) first; either cancels it."""
+        op = asyncio.ensure_future(awaitable)
+        watcher = asyncio.ensure_future(self._watch(self._state.last_seq))
+        try:
+            await asyncio.wait({op, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            await _cancel(op, watcher)
+            raise
+        if op.done():
+            await _cancel(watcher)
+            return op.result()
+        await _cancel(op)
+        if watcher.result() == "lease":
+            raise _Stop("lease lost")
+        raise _Interrupted
+
+    async def _watch(self, after_seq: int) -> str:
+        while True:
+            if self._lease.lost.is_set():
+                return "lease"
+            if self._wake.is_set():
+                self._wake.clear()
+                try:
+                    found = await self._ctx.store.get_events(
+                        self._sid, after_seq=after_seq, types=[ev.USER_INTERRUPT], limit=1
+                    )
+                except Exception:
+                    log.warning("session %s: could not check for interrupts", self._sid, exc_info=True)
+                    found = []
+                if found:
+                    return "interrupt"
+                continue
+            await _first_of(self._wake.wait(), self._lease.lost.wait())
+
+    # -- the session resource -----------------------------------------------------------------------
+    async def _update_resource(
+        self, *, status: str | None = None, usage: Mapping[str, int] | None = None
+    ) -> None:
+        """Bring the session resource's ``status`` / ``usage`` in line with the log (the API may
+        update the same resource concurrently: retry on ``VersionConflict``)."""
+        if status is None and usage is None:
+            return
+        store = self._ctx.store
+        for _ in range(_RESOURCE_RETRIES):
+            try:
+                resource = await store.get_resource("session", self._sid)
+            except NotFound:
+                raise _Stop("the session was deleted") from None
+            body = dict(resource.body)
+            if status is not None and body.get("status") != "terminated":
+                body["status"] = status
+            if usage is not None:
+                body["usage"] = {**(body.get("usage") or {}), **usage}
+            if body == resource.body:
+                return
+            try:
+                await store.update_resource(
+                    "session", self._sid, body, self._ctx.clock(), expected_version=resource.version
+                )
+                return
+            except VersionConflict:
+                continue
+        log.warning("session %s: could not update the session resource (kept conflicting)", self._sid)
+
+
+def _last_status(drafts: Sequence[ev.Draft]) -> str | None:
+    status = None
+    for draft in drafts:
+        status = ev.status_of(draft.type) or status
+    return status
+
+
+def _block_event_ids(
+    message: Mapping[str, Any], streamed: Mapping[int, str], new_id: Callable[[], str]
+) -> list[str]:
+    """An event id per content block: the ids streamed in ``event_start`` frames, else fresh
+    ones (consecutive text blocks share one)."""
+    content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
+    ids: list[str] = []
+    for index, block in enumerate(content):
+        if index in streamed:
+            ids.append(streamed[index])
+        elif block.get("type") == "text" and index > 0 and content[index - 1].get("type") == "text":
+            ids.append(ids[-1])
+        else:
+            ids.append(new_id())
+    return ids
+
+
+async def _first_of(*awaitables: Awaitable[Any]) -> None:
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _cancel(*tasks)
+
+
+async def _cancel(*tasks: asyncio.Future[Any]) -> None:
+    """Cancel ``tasks`` and wait until they are finished (their outcomes are dropped)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,169 @@
+"""Event types the harness reads and writes, and the drafts it appends (no I/O).
+
+A :class:`Draft` is an event the harness has decided to append: a type and a payload, and an id
+when the id must be known in advance (the ``agent.message`` id is streamed in ``event_start``
+frames before the event is stored; tool-use ids are idempotency keys). The driver mints the
+missing ids (``control_plane.sessions.new_event_id``) *before* appending, so a retried append is
+idempotent. The shared vocabulary (the closed set of types, statuses, the wire form) lives in
+``control_plane.sessions``; this module names the types the harness branches on.
+
+Two payload fields are Outpost extensions, written on ``span.model_request_end``:
+
+* ``assistant_message`` — the complete assistant message as the Messages API returned it
+  (thinking blocks with signatures, text, ``tool_use`` blocks with their original ids, stop reason,
+  usage). The conversation is rebuilt from it, byte for byte, so a finished model request is never
+  sent again.
+* ``content_event_ids`` — for each content block of that message, the id of the session event
+  that shows it (``agent.message`` / ``agent.thinking`` / ``agent.tool_use`` /
+  ``agent.custom_tool_use``); ``user.tool_result`` answers an event id, the model needs the block id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, new_event_id
+
+__all__ = [
+    "AGENT_CUSTOM_TOOL_USE",
+    "AGENT_MESSAGE",
+    "AGENT_THINKING",
+    "AGENT_TOOL_RESULT",
+    "AGENT_TOOL_USE",
+    "INPUT_TYPES",
+    "SESSION_ERROR",
+    "SESSION_STATUS_IDLE",
+    "SESSION_STATUS_RESCHEDULED",
+    "SESSION_STATUS_RUNNING",
+    "SESSION_STATUS_TERMINATED",
+    "SESSION_USAGE",
+    "SPAN_MODEL_REQUEST_END",
+    "SPAN_MODEL_REQUEST_START",
+    "SYSTEM_MESSAGE",
+    "TOOLSET_NAME",
+    "USER_CUSTOM_TOOL_RESULT",
+    "USER_INTERRUPT",
+    "USER_MESSAGE",
+    "USER_TOOL_CONFIRMATION",
+    "USER_TOOL_RESULT",
+    "Draft",
+    "LogEvent",
+    "new_event_id",
+    "session_error",
+    "span_end_failed",
+    "status_idle",
+    "status_of",
+    "text_content",
+    "tool_result",
+]
+
+TOOLSET_NAME = "agent_toolset_20260401"
+
+# Input events (appended by the API).
+USER_MESSAGE = "user.message"
+USER_INTERRUPT = "user.interrupt"
+USER_TOOL_CONFIRMATION = "user.tool_confirmation"
+USER_CUSTOM_TOOL_RESULT = "user.custom_tool_result"
+USER_TOOL_RESULT = "user.tool_result"
+SYSTEM_MESSAGE = "system.message"
+INPUT_TYPES = frozenset(
+    {
+        USER_MESSAGE,
+        USER_INTERRUPT,
+        USER_TOOL_CONFIRMATION,
+        USER_CUSTOM_TOOL_RESULT,
+        USER_TOOL_RESULT,
+        SYSTEM_MESSAGE,
+    }
+)
+
+# Events the harness appends.
+AGENT_MESSAGE = "agent.message"
+AGENT_THINKING = "agent.thinking"
+AGENT_TOOL_USE = "agent.tool_use"
+AGENT_TOOL_RESULT = "agent.tool_result"
+AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
+SESSION_STATUS_RUNNING = "session.status_running"
+SESSION_STATUS_IDLE = "session.status_idle"
+SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
+SESSION_STATUS_TERMINATED = "session.status_terminated"
+SESSION_ERROR = "session.error"
+SESSION_USAGE = "session.usage"
+SPAN_MODEL_REQUEST_START = "span.model_request_start"
+SPAN_MODEL_REQUEST_END = "span.model_request_end"
+
+
+class LogEvent(Protocol):
+    """What the harness needs of a stored event (``control_plane.store.Event`` fits)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def type(self) -> str: ...
+
+    @property
+    def payload(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Draft:
+    """An event the harness will append. ``id=None``: the driver mints one before appending."""
+
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+
+def status_of(event_type: str) -> str | None:
+    """The session resource ``status`` a status event sets, or ``None`` for other events."""
+    status = STATUS_BY_EVENT_TYPE.get(event_type)
+    return None if status is None else str(status)
+
+
+def text_content(text: str) -> list[dict[str, Any]]:
+    """A content list holding one text block."""
+    return [{"type": "text", "text": text}]
+
+
+def tool_result(tool_use_id: str, content: Sequence[Mapping[str, Any]], *, is_error: bool) -> Draft:
+    """``agent.tool_result`` answering the ``agent.tool_use`` event ``tool_use_id``."""
+    return Draft(
+        AGENT_TOOL_RESULT,
+        {"tool_use_id": tool_use_id, "content": [dict(b) for b in content], "is_error": is_error},
+    )
+
+
+def status_idle(stop_type: str, event_ids: Sequence[str] | None = None) -> Draft:
+    """``session.status_idle`` with ``stop_reason {type}`` (and ``event_ids`` for requires_action)."""
+    stop_reason: dict[str, Any] = {"type": stop_type}
+    if event_ids is not None:
+        stop_reason["event_ids"] = list(event_ids)
+    return Draft(SESSION_STATUS_IDLE, {"stop_reason": stop_reason})
+
+
+def session_error(error_type: str, message: str, retry_status: str) -> Draft:
+    """``session.error`` with ``retry_status`` ``retrying`` | ``exhausted`` | ``terminal``."""
+    return Draft(
+        SESSION_ERROR,
+        {"error": {"type": error_type, "message": message, "retry_status": {"type": retry_status}}},
+    )
+
+
+def span_end_failed(start_id: str) -> Draft:
+    """``span.model_request_end`` closing a request that produced no assistant message."""
+    return Draft(
+        SPAN_MODEL_REQUEST_END,
+        {
+            "model_request_start_id": start_id,
+            "model_usage": {
+                "input_tokens": 0,
+                "output_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+            "is_error": True,
+        },
+    )

@@ -1,0 +1,247 @@
+"""``Harness``: the control plane's :class:`~control_plane.runner.SessionRunner`.
+
+Many sessions per process, one asyncio task per *active* session. ``wake(session_id)`` means: a
+fresh brain takes the session lease, replays the log, and resumes exactly where it stopped. A wake
+for a session whose task is running only flags it (coalescing): the task reads the log again before
+it goes idle. A task whose lease is held by another harness retries until that lease is released
+or expires, so input is never left unread.
+
+When a session has nothing to do its task releases the lease and ends. On :meth:`Harness.start`
+the harness wakes every session whose status is ``running`` / ``rescheduling`` and every expired
+lease (sessions of a harness that died), and keeps sweeping for expired leases every
+``lease_scan_interval_s``.
+
+Lifecycle: ``async with Harness(...)`` (or ``start`` / ``close``). ``close`` cancels the session
+tasks and releases their leases, so another harness can resume them at once; the log makes that
+safe at any point. The model client is the caller's to close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from types import TracebackType
+
+from control_plane.bus import EventBus
+from control_plane.errors import NotFound
+from control_plane.harness.config import HarnessConfig
+from control_plane.harness.driver import DriverContext, SessionDriver, ToolGateway
+from control_plane.harness.lease import LeaseKeeper
+from control_plane.harness.model import ModelClient
+from control_plane.store.base import Store
+
+__all__ = ["Harness"]
+
+log = logging.getLogger(__name__)
+
+_RESUMABLE_STATUSES = ("running", "rescheduling")
+_SCAN_PAGE = 100
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class _Slot:
+    wake: asyncio.Event
+    keeper: LeaseKeeper
+    task: asyncio.Task[None] | None = None
+
+
+class Harness:
+    """Runs sessions: implements ``wake`` and ``session_ended`` of ``SessionRunner``."""
+
+    def __init__(
+        self,
+        store: Store,
+        gateway: ToolGateway,
+        bus: EventBus,
+        model: ModelClient,
+        config: HarnessConfig | None = None,
+        *,
+        holder_id: str | None = None,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
+        self.config = config or HarnessConfig()
+        self.holder_id = holder_id or "harness_" + secrets.token_hex(8)
+        self._ctx = DriverContext(
+            store=store, gateway=gateway, model=model, bus=bus, config=self.config, clock=clock
+        )
+        self._slots: dict[str, _Slot] = {}
+        self._environments: dict[str, str] = {}  # session id -> environment id, for destroy
+        self._retries: dict[str, asyncio.TimerHandle] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closing = False
+        self._aborted = False
+
+    async def __aenter__(self) -> Harness:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    # -- SessionRunner --------------------------------------------------------------------------
+    async def wake(self, session_id: str) -> None:
+        """Make sure a task processes the session's log; returns at once."""
+        self._ensure_running(session_id)
+
+    async def session_ended(self, session_id: str) -> None:
+        """Stop the session's task (its lease is released), then destroy its sandbox."""
+        handle = self._retries.pop(session_id, None)
+        if handle is not None:
+            handle.cancel()
+        slot = self._slots.pop(session_id, None)
+        if slot is not None and slot.task is not None:
+            slot.task.cancel()
+            await asyncio.wait({slot.task})
+        self._ctx.provisioned.discard(session_id)
+        environment_id = self._environments.pop(session_id, None) or await self._environment_of(session_id)
+        if environment_id is None:
+            return
+        try:
+            await self._ctx.gateway.destroy(session_id, environment_id)
+        except Exception as exc:
+            log.warning("session %s: could not destroy its sandbox: %s", session_id, exc)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Wake the sessions that were running when a harness last stopped, and start sweeping
+        for expired leases."""
+        await self._scan()
+        self._sweeper = asyncio.create_task(self._sweep_loop(), name=f"{self.holder_id}-sweeper")
+        log.info("harness %s started", self.holder_id)
+
+    async def close(self, grace_s: float = 0.0) -> None:
+        """Stop: give running turns up to ``grace_s`` to reach a resting point, then cancel every
+        session task (leases are released, so another harness resumes them at once). Idempotent."""
+        self._closing = True
+        running = [s.task for s in self._slots.values() if s.task is not None and not s.task.done()]
+        if running and grace_s > 0:
+            await asyncio.wait(running, timeout=grace_s)
+        await self._stop_all()
+
+    async def abort(self) -> None:
+        """Stop everything *without* releasing leases, as if the process had died (for fault
+        injection in tests): the leases expire and another harness resumes the sessions."""
+        self._aborted = self._closing = True
+        for slot in self._slots.values():
+            slot.keeper.abandon()
+        await self._stop_all()
+
+    def active_sessions(self) -> set[str]:
+        """Sessions with a running task in this harness."""
+        return {sid for sid, slot in self._slots.items() if slot.task is not None and not slot.task.done()}
+
+    async def _stop_all(self) -> None:
+        for handle in self._retries.values():
+            handle.cancel()
+        self._retries.clear()
+        tasks: set[asyncio.Task[None]] = set(self._ctx.background)
+        if self._sweeper is not None:
+            tasks.add(self._sweeper)
+            self._sweeper = None
+        for slot in self._slots.values():
+            if slot.task is not None:
+                tasks.add(slot.task)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks)
+        self._slots.clear()
+
+    # -- sessions -------------------------------------------------------------------------------
+    def _ensure_running(self, session_id: str) -> None:
+        if self._closing:
+            return
+        slot = self._slots.get(session_id)
+        if slot is not None and slot.task is not None and not slot.task.done():
+            slot.wake.set()
+            return
+        keeper = LeaseKeeper(
+            self._ctx.store, session_id, self.holder_id, self.config.lease_ttl_s, self._ctx.clock
+        )
+        slot = _Slot(wake=asyncio.Event(), keeper=keeper)
+        slot.task = asyncio.create_task(self._session_main(session_id, slot), name=f"session-{session_id}")
+        self._slots[session_id] = slot
+
+    async def _session_main(self, session_id: str, slot: _Slot) -> None:
+        failed = False
+        try:
+            while True:
+                slot.wake.clear()
+                if not await slot.keeper.acquire():
+                    await asyncio.sleep(self.config.lease_busy_retry_s)
+                    continue
+                driver = SessionDriver(self._ctx, session_id, slot.keeper, slot.wake)
+                try:
+                    await driver.run()
+                finally:
+                    if driver.environment_id is not None:
+                        self._environments[session_id] = driver.environment_id
+                    if not self._aborted:
+                        await slot.keeper.release()
+                if not slot.wake.is_set():
+                    return
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception(
+                "session %s: harness error; waking it again in %g s", session_id, self.config.error_retry_s
+            )
+            failed = True
+        finally:
+            if self._slots.get(session_id) is slot:
+                del self._slots[session_id]
+            if failed and not self._closing:
+                loop = asyncio.get_running_loop()
+                self._retries[session_id] = loop.call_later(
+                    self.config.error_retry_s, self._retry_wake, session_id
+                )
+
+    def _retry_wake(self, session_id: str) -> None:
+        self._retries.pop(session_id, None)
+        self._ensure_running(session_id)
+
+    async def _environment_of(self, session_id: str) -> str | None:
+        try:
+            resource = await self._ctx.store.get_resource("session", session_id)
+        except NotFound:
+            return None
+        env = resource.body.get("environment_id")
+        return env if isinstance(env, str) and env else None
+
+    # -- finding work ---------------------------------------------------------------------------
+    async def _scan(self) -> None:
+        store = self._ctx.store
+        for status in _RESUMABLE_STATUSES:
+            cursor: str | None = None
+            while True:
+                page = await store.list_resources(
+                    "session", filters={"status": status}, limit=_SCAN_PAGE, cursor=cursor
+                )
+                for resource in page.items:
+                    self._ensure_running(resource.id)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        await self._wake_expired()
+
+    async def _wake_expired(self) -> None:
+        for lease in await self._ctx.store.expired_leases(self._ctx.clock(), limit=_SCAN_PAGE):
+            self._ensure_running(lease.session_id)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.lease_scan_interval_s)
+            try:
+                await self._wake_expired()
+            except Exception as exc:
+                log.warning("harness %s: could not scan for expired leases: %s", self.holder_id, exc)

@@ -1,0 +1,288 @@
+"""The harness as a pure step function: given the agent and the session log, the next actions.
+
+``step(agent, events, config, now)`` folds the log (:mod:`~control_plane.harness.fold`) and returns
+a :class:`Decision`: wait ``delay_s``, append ``appends``, then perform at most one ``effect``
+(:class:`CallModel` or :class:`DispatchTool`). The driver performs it and steps again on the new
+log; an empty decision means there is nothing to do until new input arrives. No I/O, no clock
+(``now`` is passed in), no randomness: a recorded log replays to the same decisions.
+
+Priorities, in order (see the module docstring of ``fold`` for how the log is read):
+
+1. a terminated session does nothing; with no turn open, the oldest queued input starts one
+   (``session.status_running``);
+2. ``user.interrupt`` during a turn ends it: an unfinished model request gets its span end, every
+   unanswered toolset call an error result ("interrupted"), then ``session.status_idle`` with
+   ``stop_reason end_turn``;
+3. a model request left open by a crashed harness gets its span end (not counted as a failure);
+4. after a failed request (``rescheduling``): wait out the backoff, ``session.status_running``, retry;
+5. a turn that needs the model calls it;
+6. tool uses of the latest assistant message: policy- or user-denied calls get error results,
+   runnable ones are dispatched one at a time in block order, calls waiting for the client
+   (custom tools, ``ask`` without confirmation) put the session in ``requires_action`` once the
+   runnable ones are done; a partial resolution re-emits ``requires_action`` with the remainder;
+   when all are answered the model is called again;
+7. otherwise the turn ends (``end_turn``; ``refusal`` passes through; ``pause_turn`` continues).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from control_plane.harness import events as ev
+from control_plane.harness.agent import AgentSpec
+from control_plane.harness.config import HarnessConfig
+from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
+
+__all__ = [
+    "CallModel",
+    "Decision",
+    "DispatchTool",
+    "decide",
+    "model_failure_events",
+    "model_output_events",
+    "step",
+]
+
+_INTERRUPTED = "Interrupted by the user before the tool call finished."
+_DENIED = "The user denied this tool call."
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Stream one model request. ``attempt`` counts from 1 within a failure streak;
+    ``first_of_turn``: no model request was made in this turn yet (provisioning may start);
+    ``provision``: the agent uses the sandbox and the log shows no sandbox use yet."""
+
+    request: dict[str, Any]
+    attempt: int = 1
+    first_of_turn: bool = False
+    provision: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchTool:
+    """Run a toolset call through the gateway; ``tool_use_id`` (the ``agent.tool_use`` event id)
+    is the idempotency key, so a re-dispatch after a crash runs the tool once."""
+
+    tool_use_id: str
+    name: str
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Wait ``delay_s``, append ``appends`` (guarded by the log position the decision was made
+    at), then perform ``effect``. Empty: nothing to do."""
+
+    appends: tuple[ev.Draft, ...] = ()
+    effect: CallModel | DispatchTool | None = None
+    delay_s: float = 0.0
+    reason: str = field(default="", compare=False)
+
+    @property
+    def idle(self) -> bool:
+        return not self.appends and self.effect is None and self.delay_s <= 0
+
+
+_RUNNING = ev.Draft(ev.SESSION_STATUS_RUNNING)
+
+
+def step(
+    agent: AgentSpec, events: Sequence[ev.LogEvent], config: HarnessConfig, now: datetime | None = None
+) -> Decision:
+    """Fold ``events`` and decide (``now`` is only needed while a retry backoff runs)."""
+    return decide(agent, fold(events), config, now)
+
+
+def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: datetime | None = None) -> Decision:
+    """The next actions for a folded session (see the module docstring for the priorities)."""
+    if s.terminated:
+        return Decision(reason="terminated")
+    if not s.in_turn:
+        if s.pending_inputs:
+            return Decision((_RUNNING,), reason="start turn")
+        return Decision(reason="idle")
+    if s.interrupt_pending:
+        drafts: list[ev.Draft] = []
+        if s.open_span is not None:
+            drafts.append(ev.span_end_failed(s.open_span))
+        for tool in s.open_tools:
+            if tool.answer is None and not tool.custom:
+                drafts.append(ev.tool_result(tool.event_id, ev.text_content(_INTERRUPTED), is_error=True))
+        drafts.append(ev.status_idle("end_turn"))
+        return Decision(tuple(drafts), reason="interrupted")
+    if s.open_span is not None:
+        return Decision((ev.span_end_failed(s.open_span),), reason="close span of a crashed request")
+    if s.status == "rescheduling":
+        delay = config.backoff_s(s.failures)
+        if now is not None and s.rescheduled_at is not None:
+            delay = max(0.0, (s.rescheduled_at - now).total_seconds() + delay)
+        if delay > 0:
+            return Decision(delay_s=delay, reason="retry backoff")
+        return Decision((_RUNNING,), _call_model(agent, s, config), reason="retry model")
+    if s.model_due:
+        return Decision(effect=_call_model(agent, s, config), reason="call model")
+    if s.open_tools:
+        return _decide_tools(agent, s, config)
+    if s.last_stop_reason == "pause_turn":
+        return Decision(effect=_call_model(agent, s, config), reason="continue paused turn")
+    if s.last_stop_reason == "refusal":
+        return Decision((ev.status_idle("refusal"),), reason="refusal")
+    return Decision((ev.status_idle("end_turn"),), reason="end turn")
+
+
+def _decide_tools(agent: AgentSpec, s: SessionState, config: HarnessConfig) -> Decision:
+    unanswered = [t for t in s.open_tools if t.answer is None]
+    refused = [_refusal(t) for t in unanswered if _is_refused(t)]
+    if refused:
+        return Decision(tuple(refused), reason="refuse tool calls")
+    waiting = [t for t in unanswered if t.custom or (t.permission == "ask" and t.confirmation is None)]
+    runnable = [t for t in unanswered if t not in waiting]
+    waiting_ids = tuple(t.event_id for t in waiting)
+    if s.status == "idle":  # paused on requires_action
+        if waiting:
+            if waiting_ids != s.requires_action:
+                return Decision((ev.status_idle("requires_action", waiting_ids),), reason="requires action")
+            return Decision(reason="waiting for the client")
+        return Decision((_RUNNING,), reason="actions resolved")
+    if runnable:
+        tool = runnable[0]
+        return Decision(effect=DispatchTool(tool.event_id, tool.name, dict(tool.input)), reason="dispatch")
+    if waiting:
+        return Decision((ev.status_idle("requires_action", waiting_ids),), reason="requires action")
+    return Decision(effect=_call_model(agent, s, config), reason="tool results in")
+
+
+def _is_refused(tool: ToolUse) -> bool:
+    if tool.custom:
+        return False
+    return tool.permission == "deny" or (tool.permission == "ask" and tool.confirmation == "deny")
+
+
+def _refusal(tool: ToolUse) -> ev.Draft:
+    if tool.permission == "deny":
+        text = f"Tool {tool.name!r} is not available to this agent."
+    else:
+        text = tool.deny_message or _DENIED
+    return ev.tool_result(tool.event_id, ev.text_content(text), is_error=True)
+
+
+def _call_model(agent: AgentSpec, s: SessionState, config: HarnessConfig) -> CallModel:
+    first = s.last_stop_reason is None and s.failures == 0
+    return CallModel(
+        request=build_request(agent, s, max_tokens=config.max_tokens),
+        attempt=s.failures + 1,
+        first_of_turn=first,
+        provision=first and agent.uses_sandbox and not s.sandbox_used,
+    )
+
+
+# -- events for the outcome of a model request ---------------------------------------------------
+
+
+def model_output_events(
+    agent: AgentSpec,
+    message: Mapping[str, Any],
+    block_event_ids: Sequence[str],
+    start_id: str,
+    usage_before: Mapping[str, int],
+) -> tuple[ev.Draft, ...]:
+    """The events for a finished model request, appended together (all or nothing).
+
+    One event per content block run: consecutive text blocks share one ``agent.message`` (their
+    ids in ``block_event_ids`` are equal), thinking blocks become ``agent.thinking``, tool uses
+    ``agent.tool_use`` (with ``evaluated_permission``) or ``agent.custom_tool_use``; then
+    ``span.model_request_end`` carrying the complete message, then the cumulative
+    ``session.usage``."""
+    content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
+    if len(block_event_ids) != len(content):
+        raise ValueError("one event id per content block is required")
+    drafts: list[ev.Draft] = []
+    texts: dict[str, ev.Draft] = {}
+    for block, event_id in zip(content, block_event_ids, strict=True):
+        kind = block.get("type")
+        if kind == "text":
+            existing = texts.get(event_id)
+            if existing is None:
+                texts[event_id] = existing = ev.Draft(ev.AGENT_MESSAGE, {"content": []}, event_id)
+                drafts.append(existing)
+            existing.payload["content"].append({"type": "text", "text": str(block.get("text", ""))})
+        elif kind in ("thinking", "redacted_thinking"):
+            drafts.append(ev.Draft(ev.AGENT_THINKING, {}, event_id))
+        elif kind == "tool_use":
+            drafts.append(_tool_use_event(agent, block, event_id))
+    usage = _model_usage(message.get("usage"))
+    drafts.append(
+        ev.Draft(
+            ev.SPAN_MODEL_REQUEST_END,
+            {
+                "model_request_start_id": start_id,
+                "model_usage": usage,
+                "is_error": False,
+                "assistant_message": dict(message),
+                "content_event_ids": list(block_event_ids),
+            },
+        )
+    )
+    total = {k: int(usage_before.get(k, 0)) + usage[k] for k in usage}
+    drafts.append(ev.Draft(ev.SESSION_USAGE, {"usage": total}))
+    return tuple(drafts)
+
+
+def _tool_use_event(agent: AgentSpec, block: Mapping[str, Any], event_id: str) -> ev.Draft:
+    name = str(block.get("name"))
+    tool_input = dict(block.get("input") or {})
+    permission = agent.permission(name)
+    if permission.kind == "custom":
+        return ev.Draft(ev.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}, event_id)
+    payload: dict[str, Any] = {
+        "name": name,
+        "input": tool_input,
+        "evaluated_permission": permission.permission,
+    }
+    if permission.kind == "toolset":
+        payload["toolset_name"] = ev.TOOLSET_NAME
+        if permission.policy == "auto":
+            payload["evaluation"] = {"type": "auto", "evaluated_permission": {"type": permission.permission}}
+        elif permission.policy is not None:
+            payload["evaluation"] = {"type": permission.policy}
+    return ev.Draft(ev.AGENT_TOOL_USE, payload, event_id)
+
+
+def _model_usage(usage: Any) -> dict[str, int]:
+    usage = usage if isinstance(usage, Mapping) else {}
+    keys = ("input_tokens", "output_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+    return {k: int(usage.get(k) or 0) for k in keys}
+
+
+def model_failure_events(
+    *,
+    attempt: int,
+    config: HarnessConfig,
+    error_type: str,
+    message: str,
+    retryable: bool,
+    start_id: str | None,
+) -> tuple[ev.Draft, ...]:
+    """The events for a failed model request (attempt ``attempt`` of ``config.model_attempts``):
+
+    * retryable with attempts left: ``session.error`` (``retrying``) + ``session.status_rescheduled``;
+    * retryable, attempts used up: ``session.error`` (``exhausted``) + ``session.status_idle``
+      (``retries_exhausted``);
+    * not retryable: ``session.error`` (``terminal``) + ``session.status_terminated``.
+
+    A ``span.model_request_end`` with ``is_error`` closes the request's span first."""
+    drafts: list[ev.Draft] = [] if start_id is None else [ev.span_end_failed(start_id)]
+    if not retryable:
+        drafts += [ev.session_error(error_type, message, "terminal"), ev.Draft(ev.SESSION_STATUS_TERMINATED)]
+    elif attempt < config.model_attempts:
+        drafts += [
+            ev.session_error(error_type, message, "retrying"),
+            ev.Draft(ev.SESSION_STATUS_RESCHEDULED),
+        ]
+    else:
+        drafts += [ev.session_error(error_type, message, "exhausted"), ev.status_idle("retries_exhausted")]
+    return tuple(drafts)

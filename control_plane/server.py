@@ -1,0 +1,207 @@
+"""``ControlPlane``: the control plane process, composed from its parts.
+
+    store (SQLite) ──┬─► EnrollmentService (CA) ──► HTTP API (FastAPI + uvicorn)
+                     │                          └─► tunnel server (gRPC, mTLS) ──► EdgeRegistry
+                     └──────────────────────────────────────────────────────────► EdgeGateway
+
+``async with ControlPlane(config) as cp`` starts everything on the configured ports (0 = pick a
+free one; read ``cp.http_url`` and ``cp.tunnel_address`` back). Leaving the context drains the
+edges (they reconnect elsewhere) and closes everything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+
+import uvicorn
+
+from control_plane.api.app import ApiServices, create_app
+from control_plane.api.auth import create_api_key
+from control_plane.bus import EventBus
+from control_plane.config import ControlPlaneConfig
+from control_plane.enroll import CertificateAuthority, EnrollmentService
+from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.store import open_store
+from control_plane.store.base import EdgeRecord, Store
+from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer
+from outpost_wire.errors import ErrorCode
+from outpost_wire.session import SessionConfig
+from outpost_wire.version import SOFTWARE_VERSION
+
+__all__ = ["ADMIN_KEY_FILE", "ControlPlane"]
+
+log = logging.getLogger(__name__)
+
+ADMIN_KEY_FILE = "admin-api-key"
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class ControlPlane:
+    def __init__(self, config: ControlPlaneConfig) -> None:
+        self.config = config
+        self.id = "cp_" + secrets.token_hex(6)
+        self.store: Store | None = None
+        self.ca: CertificateAuthority | None = None
+        self.enrollment: EnrollmentService | None = None
+        self.registry = EdgeRegistry()
+        self.gateway = EdgeGateway(
+            self.registry,
+            GatewayConfig(reconnect_grace_s=config.reconnect_grace_s, edge_wait_s=config.edge_wait_s),
+        )
+        self.tunnel: GrpcTunnelServer | None = None
+        self.bus = EventBus()
+        self.model: AnthropicModelClient | None = None
+        self.harness: Harness | None = None
+        self._http: uvicorn.Server | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._http_socket: socket.socket | None = None
+        self.http_url = ""
+        self.tunnel_address = ""
+        self._closed = False
+
+    async def __aenter__(self) -> ControlPlane:
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def start(self) -> None:
+        cfg = self.config
+        cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store = open_store(cfg.effective_store_url)
+        self.ca = CertificateAuthority.load_or_create(cfg.data_dir / "ca")
+        self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
+        self.enrollment.add_revocation_listener(self._on_revoked)
+        await self._ensure_admin_key()
+
+        session_config = SessionConfig(
+            max_frame_bytes=cfg.max_frame_bytes,
+            heartbeat_interval_s=cfg.heartbeat_interval_s,
+            heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+        )
+        key_pem, cert_pem = self.ca.issue_server_cert(list(cfg.tls_hostnames), list(cfg.tls_ips))
+        self.tunnel = GrpcTunnelServer(
+            registry=self.registry,
+            authenticate=self._authenticate,
+            server_key_pem=key_pem,
+            server_cert_pem=cert_pem,
+            ca_cert_pem=self.ca.ca_cert_pem,
+            session_config=session_config,
+            control_plane_id=self.id,
+            software_version=SOFTWARE_VERSION,
+            host=cfg.tunnel_host,
+            port=cfg.tunnel_port,
+        )
+        port = await self.tunnel.start()
+        self.tunnel_address = cfg.public_tunnel_address or f"{cfg.tunnel_host}:{port}"
+
+        api_key = os.environ.get("ANTHROPIC_API_KEY")
+        if not api_key:
+            log.warning("ANTHROPIC_API_KEY is not set: every model request will be refused until it is")
+            api_key = "unset"
+        base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
+        self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
+        self.harness = Harness(self.store, self.gateway, self.bus, self.model, cfg.harness)
+        await self.harness.start()
+
+        app = create_app(
+            ApiServices(
+                store=self.store,
+                enrollment=self.enrollment,
+                registry=self.registry,
+                gateway=self.gateway,
+                clock=_utcnow,
+                tunnel_address=self.tunnel_address,
+                bus=self.bus,
+                runner=self.harness,
+            )
+        )
+        sock = socket.socket(socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((cfg.http_host, cfg.http_port))
+        self._http_socket = sock
+        http_port = sock.getsockname()[1]
+        self._http = uvicorn.Server(
+            uvicorn.Config(
+                app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+            )
+        )
+        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
+        while not self._http.started:
+            if self._http_task.done():
+                self._http_task.result()
+                raise RuntimeError("HTTP server exited during start-up")
+            await asyncio.sleep(0.01)
+        host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
+        self.http_url = f"http://{host}:{http_port}"
+        log.info(
+            "control plane %s: API %s, tunnel %s, data %s",
+            self.id,
+            self.http_url,
+            self.tunnel_address,
+            cfg.data_dir,
+        )
+
+    async def _ensure_admin_key(self) -> None:
+        """On first start, make an admin API key and leave it in a 0600 file in the data dir."""
+        assert self.store is not None
+        path = self.admin_key_path
+        if path.exists():
+            return
+        key, _ = await create_api_key(self.store, "admin", _utcnow())
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(key + "\n")
+        log.info("created the admin API key in %s", path)
+
+    @property
+    def admin_key_path(self) -> Path:
+        return self.config.data_dir / ADMIN_KEY_FILE
+
+    def admin_key(self) -> str:
+        return self.admin_key_path.read_text().strip()
+
+    async def _authenticate(self, der: bytes) -> EdgeRecord:
+        assert self.enrollment is not None
+        return await self.enrollment.authenticate_peer(der)
+
+    def _on_revoked(self, edge_id: str) -> None:
+        if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, "edge certificate revoked"):
+            log.warning("edge %s revoked: its tunnel was cut", edge_id)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.harness is not None:
+            await self.harness.close(grace_s=self.config.drain_grace_s)
+        if self.tunnel is not None:
+            await self.tunnel.stop(self.config.drain_grace_s)
+        if self._http is not None and self._http_task is not None:
+            self._http.should_exit = True
+            with contextlib.suppress(Exception):
+                await self._http_task
+        if self._http_socket is not None:
+            self._http_socket.close()
+        if self.model is not None:
+            await self.model.close()
+        if self.store is not None:
+            await self.store.close()

@@ -1,0 +1,72 @@
+"""Reading and writing a session's log the way the API and the harness both need to.
+
+* :func:`append_and_publish` appends events and tells live streams (through the
+  :class:`~control_plane.bus.EventBus`) how far the log now reaches.
+* :func:`read_status` derives the session's status from the log: the last ``session.status_*``
+  event wins; a log without one is ``idle``. The API reports this, never the ``status`` field of
+  the session body (a mirror that the API and harness keep for scans by status).
+* :func:`read_usage` is the last ``session.usage`` snapshot, or zeros.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from control_plane.bus import EventBus
+from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, STATUS_EVENT_TYPES, SessionStatus
+from control_plane.store.base import Event, NewEvent, Order, Store
+
+__all__ = ["StatusView", "append_and_publish", "read_status", "read_usage", "zero_usage"]
+
+
+async def append_and_publish(
+    store: Store,
+    bus: EventBus,
+    session_id: str,
+    events: Sequence[NewEvent],
+    now: datetime,
+    *,
+    expected_seq: int | None = None,
+    epoch: int | None = None,
+) -> list[Event]:
+    """``store.append`` then ``bus.publish_persisted`` with the highest stored seq."""
+    stored = await store.append(session_id, events, now, expected_seq=expected_seq, epoch=epoch)
+    if stored:
+        bus.publish_persisted(session_id, max(e.seq for e in stored))
+    return stored
+
+
+@dataclass(frozen=True, slots=True)
+class StatusView:
+    """The session's status and the time it entered it (``None``: never changed, still ``idle``)."""
+
+    status: SessionStatus
+    since: datetime | None
+
+
+async def read_status(store: Store, session_id: str) -> StatusView:
+    latest = await store.get_events(session_id, types=STATUS_EVENT_TYPES, order=Order.DESC, limit=1)
+    if not latest:
+        return StatusView(SessionStatus.IDLE, None)
+    return StatusView(STATUS_BY_EVENT_TYPE[latest[0].type], latest[0].processed_at)
+
+
+def zero_usage() -> dict[str, Any]:
+    return {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cache_read_input_tokens": 0,
+        "cache_creation": {"ephemeral_5m_input_tokens": 0, "ephemeral_1h_input_tokens": 0},
+    }
+
+
+async def read_usage(store: Store, session_id: str) -> dict[str, Any]:
+    latest = await store.get_events(session_id, types=("session.usage",), order=Order.DESC, limit=1)
+    if latest:
+        usage = latest[0].payload.get("usage")
+        if isinstance(usage, dict):
+            return usage
+    return zero_usage()

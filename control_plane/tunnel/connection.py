@@ -1,0 +1,190 @@
+"""One connected edge, as the control plane sees it: a CONTROL-role tunnel session plus its pump.
+
+The gRPC (and later WebSocket) handler feeds frames in with :meth:`EdgeConnection.receive` and
+runs :meth:`EdgeConnection.writer` to push frames out; everything else is the sans-I/O session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from control_plane.store.base import EdgeRecord
+from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import PROTOCOL_VERSION, Hello, Outcome, Request, Welcome
+from outpost_wire.session import (
+    ConnState,
+    DrainReceived,
+    HelloReceived,
+    PeerDead,
+    PeerError,
+    ProtocolError,
+    ResultReceived,
+    Role,
+    SessionConfig,
+    TunnelSession,
+)
+
+__all__ = ["ConnectionListener", "EdgeConnection"]
+
+log = logging.getLogger(__name__)
+
+
+class ConnectionListener(Protocol):
+    """What the registry does with a connection's life events."""
+
+    def on_ready(self, conn: EdgeConnection) -> None: ...
+
+    def on_result(self, conn: EdgeConnection, request_id: str, outcome: Outcome) -> None: ...
+
+    def on_closed(self, conn: EdgeConnection) -> None: ...
+
+
+class EdgeConnection:
+    def __init__(
+        self,
+        edge: EdgeRecord,
+        *,
+        listener: ConnectionListener,
+        session_config: SessionConfig,
+        control_plane_id: str,
+        software_version: str,
+        peer: str = "",
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.edge = edge
+        self.peer = peer
+        self.hello: Hello | None = None
+        self.draining = False  # the edge announced it is shutting down
+        self.close_code: ErrorCode | None = None
+        self.close_reason = ""
+        self._listener = listener
+        self._session = TunnelSession(Role.CONTROL, session_config)
+        self._session_config = session_config
+        self._control_plane_id = control_plane_id
+        self._software_version = software_version
+        self._clock = clock
+        self._wake = asyncio.Event()
+        self.closed = asyncio.Event()
+        self._session.connection_made(clock())
+
+    @property
+    def edge_id(self) -> str:
+        return self.edge.id
+
+    @property
+    def environment_id(self) -> str:
+        return self.edge.environment_id
+
+    @property
+    def is_open(self) -> bool:
+        return self._session.state is ConnState.OPEN and not self.closed.is_set()
+
+    @property
+    def free_capacity(self) -> int:
+        if self.hello is None:
+            return 0
+        return self.hello.sandbox_capacity - self.hello.sandboxes_in_use
+
+    # -- input --------------------------------------------------------------------------------
+    def receive(self, data: bytes) -> None:
+        self._session.receive_data(data, self._clock())
+        self._process()
+
+    def tick(self) -> float:
+        """Run timers; returns seconds until the next one is due."""
+        now = self._clock()
+        self._session.tick(now)
+        self._process()
+        return max(0.0, self._session.next_timer(self._clock()) - self._clock())
+
+    def _process(self) -> None:
+        for event in self._session.events_received():
+            if isinstance(event, HelloReceived):
+                self._on_hello(event.hello)
+            elif isinstance(event, ResultReceived):
+                self._listener.on_result(self, event.request_id, event.outcome)
+            elif isinstance(event, DrainReceived):
+                log.info("edge %s is draining: %s", self.edge_id, event.reason)
+                self.draining = True
+            elif isinstance(event, PeerDead):
+                log.warning("edge %s stopped sending heartbeats; dropping it", self.edge_id)
+                self.close(ErrorCode.UNAVAILABLE, "heartbeat timeout")
+            elif isinstance(event, ProtocolError):
+                log.warning("edge %s sent a bad frame: %s: %s", self.edge_id, event.code.value, event.message)
+                self.close(event.code, event.message)
+            elif isinstance(event, PeerError):
+                log.warning(
+                    "edge %s closed the tunnel: %s: %s", self.edge_id, event.code.value, event.message
+                )
+                self.close(event.code, event.message)
+        self._wake.set()
+
+    def _on_hello(self, hello: Hello) -> None:
+        if hello.edge_id != self.edge_id:
+            log.warning("edge %s said hello as %r; refusing", self.edge_id, hello.edge_id)
+            self._session.close(
+                ErrorCode.UNAUTHENTICATED, "hello edge_id does not match the client certificate"
+            )
+            self.close(ErrorCode.UNAUTHENTICATED, "hello edge_id does not match the client certificate")
+            return
+        self.hello = hello
+        self._session.send_welcome(
+            Welcome(
+                control_plane_id=self._control_plane_id,
+                software_version=self._software_version,
+                protocol_version=PROTOCOL_VERSION,
+                heartbeat_interval_s=self._session_config.heartbeat_interval_s,
+            )
+        )
+        log.info(
+            "edge %s (%s) connected from %s: version %s, capacity %d, policy %s",
+            self.edge_id,
+            self.edge.name,
+            self.peer or "?",
+            hello.software_version,
+            hello.sandbox_capacity,
+            hello.policy_digest,
+        )
+        self._listener.on_ready(self)
+
+    # -- output -------------------------------------------------------------------------------
+    def send_request(self, request: Request) -> None:
+        """Queue a request (raises FrameTooLarge / ProtocolViolation from the session core)."""
+        self._session.send_request(request)
+        self._wake.set()
+
+    def send_cancel(self, request_id: str) -> None:
+        if self.is_open:
+            self._session.send_cancel(request_id)
+            self._wake.set()
+
+    def send_drain(self, reason: str, grace_ms: int) -> None:
+        if self.is_open:
+            self._session.send_drain(reason, grace_ms)
+            self._wake.set()
+
+    async def writer(self, write: Callable[[bytes], Awaitable[None]]) -> None:
+        """Push queued frames through ``write`` until the connection closes."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            for data in self._session.data_to_send():
+                await write(data)
+            if self.closed.is_set():
+                return
+
+    def close(self, code: ErrorCode, reason: str) -> None:
+        """Idempotent. The transport handler notices ``closed`` and ends the stream."""
+        if self.closed.is_set():
+            return
+        self.close_code = code
+        self.close_reason = reason
+        if self._session.state is not ConnState.CLOSED:
+            self._session.close(code, reason)
+        self.closed.set()
+        self._wake.set()
+        self._listener.on_closed(self)

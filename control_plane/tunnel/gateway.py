@@ -1,0 +1,201 @@
+"""``EdgeGateway``: the brain's only way to reach the hands.
+
+``provision`` / ``execute`` / ``destroy`` pick a connected edge of the session's environment, keep
+a session on the same edge while that edge lives, and survive a dropped link: a request whose edge
+disconnects before answering waits (up to ``reconnect_grace_s``) for the edge to come back, then is
+sent again with the same request id and idempotency key. The edge answers a repeated key from its
+journal, so the tool runs once; a result the edge finished while disconnected is redelivered and
+resolves the request directly.
+
+Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
+take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
+capacity, deadline ...). A tool that ran and failed is a ``ToolResult`` with ``is_error``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from control_plane.errors import EdgeUnavailable, InvalidRequest
+from control_plane.tunnel.connection import EdgeConnection
+from control_plane.tunnel.registry import EdgeRegistry
+from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, RemoteError
+from outpost_wire.frames import Destroy, Destroyed, Execute, Failure, Outcome, Provision, Provisioned, Request
+from outpost_wire.results import ToolResult
+
+__all__ = ["EdgeGateway", "GatewayConfig"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    reconnect_grace_s: float = 30.0  # how long a call waits for its edge to come back
+    edge_wait_s: float = 10.0  # how long a call waits for any edge of the environment to connect
+    default_tool_timeout_s: float = 120.0  # bash's default; the request deadline adds slack_s
+    slack_s: float = 30.0
+    control_timeout_s: float = 60.0  # provision / destroy
+
+
+class EdgeGateway:
+    def __init__(
+        self,
+        registry: EdgeRegistry,
+        config: GatewayConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._registry = registry
+        self._config = config or GatewayConfig()
+        self._clock = clock
+        self._sticky: dict[str, str] = {}  # session id -> edge id
+
+    def edge_for_session(self, session_id: str) -> str | None:
+        return self._sticky.get(session_id)
+
+    async def provision(
+        self, session_id: str, environment_id: str, resources: Provision | None = None
+    ) -> Provisioned:
+        outcome = await self._call(
+            session_id, environment_id, resources or Provision(), "", self._config.control_timeout_s
+        )
+        if isinstance(outcome, Provisioned):
+            return outcome
+        raise _unexpected(outcome)
+
+    async def execute(
+        self,
+        session_id: str,
+        environment_id: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> ToolResult:
+        tool_timeout = timeout_s
+        if tool_timeout is None and tool == "bash" and isinstance(tool_input.get("timeout_ms"), int):
+            tool_timeout = tool_input["timeout_ms"] / 1000
+        if tool_timeout is None:
+            tool_timeout = self._config.default_tool_timeout_s
+        op = Execute(tool=tool, input_json=json.dumps(dict(tool_input)), timeout_ms=int(tool_timeout * 1000))
+        outcome = await self._call(
+            session_id, environment_id, op, idempotency_key, tool_timeout + self._config.slack_s
+        )
+        if isinstance(outcome, ToolResult):
+            return outcome
+        raise _unexpected(outcome)
+
+    async def destroy(self, session_id: str, environment_id: str) -> bool:
+        """Destroy the session's sandbox and workspace. Without a known edge for the session (the
+        control plane restarted, say), every connected edge of the environment is asked."""
+        edge_id = self._sticky.pop(session_id, None)
+        targets = (
+            [edge_id] if edge_id else [c.edge_id for c in self._registry.for_environment(environment_id)]
+        )
+        existed = False
+        for target in targets:
+            try:
+                outcome = await self._call_edge(
+                    target, session_id, Destroy(), "", self._config.control_timeout_s
+                )
+            except EdgeUnavailable as exc:
+                log.warning("could not destroy sandbox of session %s on edge %s: %s", session_id, target, exc)
+                continue
+            if isinstance(outcome, Destroyed):
+                existed = existed or outcome.existed
+            else:
+                raise _unexpected(outcome)
+        return existed
+
+    # -- internals ----------------------------------------------------------------------------
+    async def _call(
+        self, session_id: str, environment_id: str, op: Provision | Execute, key: str, timeout_s: float
+    ) -> Outcome:
+        conn = await self._pick_edge(session_id, environment_id)
+        return await self._call_edge(conn.edge_id, session_id, op, key, timeout_s)
+
+    async def _pick_edge(self, session_id: str, environment_id: str) -> EdgeConnection:
+        edge_id = self._sticky.get(session_id)
+        if edge_id is not None:
+            conn = self._registry.get(edge_id) or await self._registry.wait_for(
+                edge_id, self._config.reconnect_grace_s
+            )
+            if conn is not None and not conn.draining:
+                return conn
+            log.warning(
+                "session %s: edge %s is gone; moving the session to another edge", session_id, edge_id
+            )
+            del self._sticky[session_id]
+        candidates = [c for c in self._registry.for_environment(environment_id) if not c.draining]
+        if not candidates:
+            waited = await self._registry.wait_for_environment(environment_id, self._config.edge_wait_s)
+            candidates = [c for c in waited if not c.draining]
+        if not candidates:
+            raise EdgeUnavailable(f"no edge of environment {environment_id!r} is connected")
+        conn = max(candidates, key=lambda c: c.free_capacity)
+        self._sticky[session_id] = conn.edge_id
+        return conn
+
+    async def _call_edge(
+        self, edge_id: str, session_id: str, op: Provision | Execute | Destroy, key: str, timeout_s: float
+    ) -> Outcome:
+        request = Request(
+            request_id="req_" + uuid.uuid4().hex,
+            session_id=session_id,
+            idempotency_key=key,
+            deadline_ms=int((self._clock() + timeout_s) * 1000),
+            op=op,
+        )
+        future = self._registry.track(request.request_id, edge_id)
+        conn: EdgeConnection | None = None
+        try:
+            async with asyncio.timeout(timeout_s):
+                conn = self._registry.get(edge_id) or await self._registry.wait_for(
+                    edge_id, self._config.reconnect_grace_s
+                )
+                while not future.done():
+                    if conn is None:
+                        raise EdgeUnavailable(
+                            f"edge {edge_id} went away and did not come back within "
+                            f"{self._config.reconnect_grace_s:g} s"
+                        )
+                    try:
+                        conn.send_request(request)
+                    except FrameTooLarge as exc:
+                        raise InvalidRequest(f"tool input too large for the tunnel: {exc}") from None
+                    except ProtocolViolation:
+                        pass  # the connection closed under us; wait for the next one
+                    closed: asyncio.Future[Any] = asyncio.ensure_future(conn.closed.wait())
+                    try:
+                        await asyncio.wait([future, closed], return_when=asyncio.FIRST_COMPLETED)
+                    finally:
+                        closed.cancel()
+                    if future.done():
+                        break
+                    log.info(
+                        "edge %s dropped during %s; waiting for it to return", edge_id, request.request_id
+                    )
+                    conn = await self._registry.wait_for(edge_id, self._config.reconnect_grace_s)
+                return future.result()
+        except TimeoutError:
+            if conn is not None:
+                conn.send_cancel(request.request_id)
+            raise RemoteError(
+                ErrorCode.DEADLINE_EXCEEDED, f"no answer from edge {edge_id} within {timeout_s:g} s"
+            ) from None
+        finally:
+            self._registry.forget(request.request_id)
+
+
+def _unexpected(outcome: Outcome) -> RemoteError:
+    if isinstance(outcome, Failure):
+        return RemoteError(outcome.code, outcome.message)
+    return RemoteError(ErrorCode.INTERNAL, f"unexpected outcome {type(outcome).__name__}")

@@ -1,0 +1,183 @@
+"""The tunnel server over gRPC: mTLS, one bidirectional stream of raw frames per edge.
+
+TLS requires a client certificate issued by our CA (``require_client_auth``): a certificate from
+anyone else fails the handshake. A certificate we issued is then checked against the store
+(known edge, fingerprint, not revoked, not expired); a refusal ends the stream with
+UNAUTHENTICATED and is logged, and touches no other edge. Keepalive: we accept client pings every
+10 s or more and ping idle edges ourselves, so dead links are found even without heartbeats.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+import grpc
+import grpc.aio
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding
+
+from control_plane.errors import ControlPlaneError
+from control_plane.store.base import EdgeRecord
+from control_plane.tunnel.connection import EdgeConnection
+from control_plane.tunnel.registry import EdgeRegistry
+from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
+from outpost_wire.errors import ErrorCode
+from outpost_wire.session import SessionConfig
+
+__all__ = ["Authenticator", "GrpcTunnelServer"]
+
+log = logging.getLogger(__name__)
+
+#: Check a client certificate (DER) and return the edge it belongs to; raise ControlPlaneError to refuse.
+Authenticator = Callable[[bytes], Awaitable[EdgeRecord]]
+
+_SERVICE, _METHOD = CONNECT_METHOD.strip("/").split("/")
+
+
+class GrpcTunnelServer:
+    def __init__(
+        self,
+        *,
+        registry: EdgeRegistry,
+        authenticate: Authenticator,
+        server_key_pem: bytes,
+        server_cert_pem: bytes,
+        ca_cert_pem: bytes,
+        session_config: SessionConfig,
+        control_plane_id: str,
+        software_version: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._registry = registry
+        self._authenticate = authenticate
+        self._session_config = session_config
+        self._control_plane_id = control_plane_id
+        self._software_version = software_version
+        self._address = f"{host}:{port}"
+        self._host = host
+        limit = grpc_message_limit(session_config.max_frame_bytes)
+        self._server = grpc.aio.server(
+            options=[
+                ("grpc.keepalive_time_ms", 30_000),
+                ("grpc.keepalive_timeout_ms", 10_000),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                ("grpc.http2.max_ping_strikes", 3),
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit),
+            ]
+        )
+        handler = grpc.stream_stream_rpc_method_handler(
+            self._connect, request_deserializer=None, response_serializer=None
+        )
+        self._server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(_SERVICE, {_METHOD: handler}),)
+        )
+        self._credentials = grpc.ssl_server_credentials(
+            [(server_key_pem, server_cert_pem)], root_certificates=ca_cert_pem, require_client_auth=True
+        )
+        self.port = 0
+        self._started = False
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    async def start(self) -> int:
+        self.port = self._server.add_secure_port(self._address, self._credentials)
+        if self.port == 0:
+            raise OSError(f"could not bind the tunnel server to {self._address}")
+        await self._server.start()
+        self._started = True
+        log.info("tunnel server listening on %s (gRPC, mTLS)", self.address)
+        return self.port
+
+    async def stop(self, grace_s: float) -> None:
+        """Drain: tell every edge, give in-flight calls ``grace_s`` to finish, then stop."""
+        if not self._started:
+            return
+        self._started = False
+        for conn in self._registry.all_connections():
+            conn.send_drain("control plane shutting down", int(grace_s * 1000))
+        await self._registry.wait_no_pending(grace_s)
+        for conn in self._registry.all_connections():
+            conn.close(ErrorCode.UNAVAILABLE, "control plane shutting down")
+        await self._server.stop(grace=1.0)
+
+    async def _connect(self, _request_iterator: object, context: grpc.aio.ServicerContext) -> None:
+        peer = context.peer()
+        der = _client_cert_der(context)
+        if der is None:
+            log.warning("tunnel: connection from %s without a client certificate refused", peer)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "client certificate required")
+            return
+        try:
+            edge = await self._authenticate(der)
+        except ControlPlaneError as exc:
+            log.warning("tunnel: connection from %s refused: %s", peer, exc)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            return
+        conn = EdgeConnection(
+            edge,
+            listener=self._registry,
+            session_config=self._session_config,
+            control_plane_id=self._control_plane_id,
+            software_version=self._software_version,
+            peer=peer,
+        )
+        writer = asyncio.create_task(conn.writer(context.write), name=f"tunnel-writer-{edge.id}")
+        reader = asyncio.create_task(self._read(conn, context), name=f"tunnel-reader-{edge.id}")
+        timer = asyncio.create_task(self._timer(conn), name=f"tunnel-timer-{edge.id}")
+        try:
+            await conn.closed.wait()
+        finally:
+            # Flush what the session queued last (an error frame, a drain) before ending.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(writer, timeout=1.0)
+            for task in (writer, reader, timer):
+                task.cancel()
+            await asyncio.gather(writer, reader, timer, return_exceptions=True)
+            conn.close(ErrorCode.UNAVAILABLE, "stream ended")
+        if conn.close_code is ErrorCode.UNAUTHENTICATED:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, conn.close_reason)
+        elif conn.close_code in (
+            ErrorCode.MALFORMED_FRAME,
+            ErrorCode.FRAME_TOO_LARGE,
+            ErrorCode.PROTOCOL_VIOLATION,
+        ):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{conn.close_code.value}: {conn.close_reason}"
+            )
+
+    async def _read(self, conn: EdgeConnection, context: grpc.aio.ServicerContext) -> None:
+        try:
+            while True:
+                data = await context.read()
+                if data is grpc.aio.EOF:
+                    break
+                assert isinstance(data, bytes)
+                conn.receive(data)
+                if conn.closed.is_set():
+                    return
+        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+            log.info("tunnel to edge %s broke: %s", conn.edge_id, exc)
+        conn.close(ErrorCode.UNAVAILABLE, "stream ended")
+
+    async def _timer(self, conn: EdgeConnection) -> None:
+        while not conn.closed.is_set():
+            delay = conn.tick()
+            await asyncio.sleep(delay)
+
+
+def _client_cert_der(context: grpc.aio.ServicerContext) -> bytes | None:
+    pems = context.auth_context().get("x509_pem_cert")
+    if not pems:
+        return None
+    try:
+        return x509.load_pem_x509_certificate(pems[0]).public_bytes(Encoding.DER)
+    except ValueError:
+        return None

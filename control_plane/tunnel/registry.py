@@ -1,0 +1,162 @@
+"""Which edges are connected, to which environment, and the requests waiting on them.
+
+Pending requests are tracked here, per edge, not per connection: a result redelivered by an edge
+after it reconnected resolves the request it answers, whichever connection carried it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+
+from control_plane.tunnel.connection import EdgeConnection
+from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import Outcome
+
+__all__ = ["EdgeRegistry", "EdgeStatus"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class EdgeStatus:
+    edge_id: str
+    environment_id: str
+    name: str
+    peer: str
+    software_version: str
+    policy_digest: str
+    sandbox_capacity: int
+    sandboxes_in_use: int
+    connected_at: float
+    draining: bool
+
+
+@dataclass
+class _Pending:
+    edge_id: str
+    future: asyncio.Future[Outcome]
+    created: float = field(default_factory=time.monotonic)
+
+
+class EdgeRegistry:
+    """Implements :class:`~control_plane.tunnel.connection.ConnectionListener`."""
+
+    def __init__(self) -> None:
+        self._live: dict[str, EdgeConnection] = {}
+        self._connected_at: dict[str, float] = {}
+        self._pending: dict[str, _Pending] = {}
+        self._changed = asyncio.Condition()
+
+    # -- listener -----------------------------------------------------------------------------
+    def on_ready(self, conn: EdgeConnection) -> None:
+        old = self._live.get(conn.edge_id)
+        if old is not None and old is not conn:
+            log.info("edge %s reconnected; closing its previous connection", conn.edge_id)
+            old.close(ErrorCode.UNAVAILABLE, "superseded by a newer connection")
+        self._live[conn.edge_id] = conn
+        self._connected_at[conn.edge_id] = time.time()
+        self._notify()
+
+    def on_result(self, conn: EdgeConnection, request_id: str, outcome: Outcome) -> None:
+        pending = self._pending.get(request_id)
+        if pending is None or pending.future.done():
+            log.debug("result for %s arrived after it was settled; ignored", request_id)
+            return
+        pending.future.set_result(outcome)
+
+    def on_closed(self, conn: EdgeConnection) -> None:
+        if self._live.get(conn.edge_id) is conn:
+            del self._live[conn.edge_id]
+            log.info("edge %s disconnected (%s)", conn.edge_id, conn.close_reason or "stream ended")
+        self._notify()
+
+    def _notify(self) -> None:
+        async def notify() -> None:
+            async with self._changed:
+                self._changed.notify_all()
+
+        asyncio.get_running_loop().create_task(notify())
+
+    # -- queries ------------------------------------------------------------------------------
+    def get(self, edge_id: str) -> EdgeConnection | None:
+        conn = self._live.get(edge_id)
+        return conn if conn is not None and conn.is_open else None
+
+    def for_environment(self, environment_id: str) -> list[EdgeConnection]:
+        return [c for c in self._live.values() if c.environment_id == environment_id and c.is_open]
+
+    def statuses(self) -> list[EdgeStatus]:
+        out = []
+        for conn in self._live.values():
+            hello = conn.hello
+            out.append(
+                EdgeStatus(
+                    edge_id=conn.edge_id,
+                    environment_id=conn.environment_id,
+                    name=conn.edge.name,
+                    peer=conn.peer,
+                    software_version=hello.software_version if hello else "",
+                    policy_digest=hello.policy_digest if hello else "",
+                    sandbox_capacity=hello.sandbox_capacity if hello else 0,
+                    sandboxes_in_use=hello.sandboxes_in_use if hello else 0,
+                    connected_at=self._connected_at.get(conn.edge_id, 0.0),
+                    draining=conn.draining,
+                )
+            )
+        return out
+
+    async def wait_for(self, edge_id: str, timeout_s: float) -> EdgeConnection | None:
+        """The edge's live connection, waiting up to ``timeout_s`` for it to (re)connect."""
+        try:
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: self.get(edge_id) is not None)
+        except TimeoutError:
+            return None
+        return self.get(edge_id)
+
+    async def wait_for_environment(self, environment_id: str, timeout_s: float) -> list[EdgeConnection]:
+        try:
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: bool(self.for_environment(environment_id)))
+        except TimeoutError:
+            return []
+        return self.for_environment(environment_id)
+
+    def disconnect(self, edge_id: str, code: ErrorCode, reason: str) -> bool:
+        conn = self._live.get(edge_id)
+        if conn is None:
+            return False
+        conn.close(code, reason)
+        return True
+
+    def all_connections(self) -> list[EdgeConnection]:
+        return list(self._live.values())
+
+    # -- pending requests ---------------------------------------------------------------------
+    def track(self, request_id: str, edge_id: str) -> asyncio.Future[Outcome]:
+        pending = self._pending.get(request_id)
+        if pending is None:
+            pending = _Pending(edge_id, asyncio.get_running_loop().create_future())
+            self._pending[request_id] = pending
+        return pending.future
+
+    def forget(self, request_id: str) -> None:
+        self._pending.pop(request_id, None)
+        if not self._pending:
+            self._notify()
+
+    async def wait_no_pending(self, timeout_s: float) -> bool:
+        """Wait until no request is waiting on an edge (for a graceful drain)."""
+        try:
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: not self._pending)
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._pending)

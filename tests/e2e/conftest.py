@@ -1,0 +1,272 @@
+"""End-to-end fixtures: a real control plane (SQLite, gRPC mTLS on loopback, uvicorn) and real edges
+(in-process or as subprocesses) running real Docker sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import docker
+import httpx
+import pytest
+import yaml
+
+from control_plane.config import ControlPlaneConfig
+from control_plane.server import ControlPlane
+from edge_agent.config import EdgeConfig
+from edge_agent.daemon import EdgeAgent
+from edge_agent.enroll import register
+from edge_agent.identity import Identity
+
+SANDBOX_IMAGE = "outpost-sandbox:1"
+NAME_PREFIX = "outpost-e2e"
+REPO = Path(__file__).resolve().parents[2]
+
+
+async def eventually(
+    predicate: Callable[[], Awaitable[bool]], timeout_s: float = 20.0, what: str = "condition"
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def docker_client() -> Iterator[docker.DockerClient]:
+    client = docker.from_env()
+    if not client.images.list(name=SANDBOX_IMAGE):
+        subprocess.run(["bash", str(REPO / "packaging/sandbox/build.sh")], check=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks(docker_client: docker.DockerClient) -> Iterator[None]:
+    """After the e2e suite, no container or volume of ours may be left behind."""
+    yield
+    containers = [
+        c
+        for c in docker_client.containers.list(all=True, filters={"label": "outpost.managed=1"})
+        if c.name.startswith(NAME_PREFIX)
+    ]
+    volumes = [
+        v
+        for v in docker_client.volumes.list(filters={"label": "outpost.managed=1"})
+        if v.name.startswith(NAME_PREFIX)
+    ]
+    for c in containers:
+        c.remove(force=True)
+    for v in volumes:
+        v.remove(force=True)
+    assert not containers, f"containers left behind: {[c.name for c in containers]}"
+    assert not volumes, f"volumes left behind: {[v.name for v in volumes]}"
+
+
+@dataclass
+class Api:
+    client: httpx.AsyncClient
+
+    async def post(self, path: str, body: dict[str, Any] | None = None, expect: int = 200) -> Any:
+        r = await self.client.post(path, json=body or {})
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    async def get(self, path: str, expect: int = 200) -> Any:
+        r = await self.client.get(path)
+        assert r.status_code == expect, r.text
+        return r.json()
+
+    async def exec(
+        self,
+        env: str,
+        session: str,
+        tool: str,
+        tool_input: dict[str, Any],
+        key: str | None = None,
+        expect: int = 200,
+    ) -> Any:
+        body: dict[str, Any] = {
+            "environment_id": env,
+            "session_id": session,
+            "tool": tool,
+            "input": tool_input,
+        }
+        if key:
+            body["idempotency_key"] = key
+        return await self.post("/v1/sandboxes/exec", body, expect=expect)
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "".join(b.get("text", "") for b in result["content"])
+
+
+@pytest.fixture
+async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+    config = ControlPlaneConfig(
+        data_dir=tmp_path / "cp",
+        http_port=0,
+        tunnel_port=0,
+        heartbeat_interval_s=1.0,
+        heartbeat_timeout_s=5.0,
+        drain_grace_s=2.0,
+        reconnect_grace_s=20.0,
+        edge_wait_s=2.0,
+    )
+    async with ControlPlane(config) as cp:
+        yield cp
+
+
+@pytest.fixture
+async def api(control_plane: ControlPlane) -> AsyncIterator[Api]:
+    async with httpx.AsyncClient(
+        base_url=control_plane.http_url,
+        headers={"authorization": f"Bearer {control_plane.admin_key()}"},
+        timeout=120,
+    ) as client:
+        yield Api(client)
+
+
+@pytest.fixture
+async def environment(api: Api) -> str:
+    env = await api.post("/v1/environments", {"name": "e2e", "config": {"type": "self_hosted"}})
+    return str(env["id"])
+
+
+@dataclass
+class EnrolledEdge:
+    identity: Identity
+    state_dir: Path
+    config_path: Path
+
+    def config(self) -> EdgeConfig:
+        from edge_agent.config import load_config
+
+        return load_config(self.config_path)
+
+
+@pytest.fixture
+def enroll(control_plane: ControlPlane, api: Api, tmp_path: Path) -> Callable[..., Awaitable[EnrolledEdge]]:
+    counter = 0
+
+    async def _enroll(
+        environment_id: str, *, policy: dict[str, Any] | None = None, idle_pause_s: float = 60.0
+    ) -> EnrolledEdge:
+        nonlocal counter
+        counter += 1
+        state_dir = tmp_path / f"edge{counter}"
+        token = await api.post(f"/v1/environments/{environment_id}/enrollment_tokens", {"ttl_seconds": 600})
+        identity = await register(
+            control_plane.http_url,
+            token["token"],
+            state_dir,
+            name=f"e2e-edge-{counter}",
+            ca_fingerprint=token["ca_fingerprint"],
+        )
+        config = {
+            "control_plane": {"tunnel_address": control_plane.tunnel_address},
+            "state_dir": str(state_dir),
+            "name": f"e2e-edge-{counter}",
+            "sandbox": {"idle_pause_s": idle_pause_s, "name_prefix": NAME_PREFIX},
+            "connection": {
+                "heartbeat_interval_s": 1.0,
+                "heartbeat_timeout_s": 5.0,
+                "backoff_initial_s": 0.2,
+                "backoff_max_s": 1.0,
+                "drain_grace_s": 10.0,
+            },
+            "logging": {"level": "DEBUG"},
+        }
+        if policy is not None:
+            config["policy"] = policy
+        config_path = state_dir / "config.yaml"
+        config_path.write_text(yaml.safe_dump(config))
+        return EnrolledEdge(identity, state_dir, config_path)
+
+    return _enroll
+
+
+@pytest.fixture
+async def run_edge(
+    docker_client: docker.DockerClient,
+) -> AsyncIterator[Callable[[EnrolledEdge], Awaitable[EdgeAgent]]]:
+    """Start an in-process edge; it is closed and its sandboxes removed at teardown."""
+    agents: list[EdgeAgent] = []
+
+    async def _run(edge: EnrolledEdge) -> EdgeAgent:
+        agent = EdgeAgent(edge.config())
+        await agent.start()
+        agents.append(agent)
+        assert await agent.wait_connected(20), "edge did not connect"
+        return agent
+
+    yield _run
+    for agent in agents:
+        if agent.manager is not None:
+            await agent.manager.destroy_all_for_tests()
+        await agent.close()
+
+
+class EdgeProcess:
+    """An edge agent in its own process, so it can be killed with SIGKILL or SIGTERM."""
+
+    def __init__(self, edge: EnrolledEdge) -> None:
+        self.edge = edge
+        self.log_path = edge.state_dir / f"edge-{time.monotonic_ns()}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        log = self.log_path.open("wb")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "edge_agent.cli", "run", "--config", str(self.edge.config_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def terminate(self) -> int:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(60)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+@pytest.fixture
+def edge_processes(docker_client: docker.DockerClient) -> Iterator[Callable[[EnrolledEdge], EdgeProcess]]:
+    procs: list[EdgeProcess] = []
+
+    def _start(edge: EnrolledEdge) -> EdgeProcess:
+        p = EdgeProcess(edge)
+        p.start()
+        procs.append(p)
+        return p
+
+    yield _start
+    edge_ids = set()
+    for p in procs:
+        edge_ids.add(p.edge.identity.edge_id)
+        if p.proc is not None and p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait(10)
+    for edge_id in edge_ids:
+        for c in docker_client.containers.list(all=True, filters={"label": f"outpost.edge_id={edge_id}"}):
+            c.remove(force=True)
+        for v in docker_client.volumes.list(filters={"label": f"outpost.edge_id={edge_id}"}):
+            v.remove(force=True)

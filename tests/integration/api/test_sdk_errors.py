@@ -1,0 +1,111 @@
+"""Bad input through the SDK: every case maps to the documented error class, carries a
+``request-id``, and leaves nothing half-written."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import anthropic
+import pytest
+
+from tests.integration.api._support import MAX_BODY_BYTES, Api
+
+MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "hi"}]}
+
+
+async def test_missing_and_wrong_keys(api: Api) -> None:
+    for key in ("sk-outpost-wrong", ""):
+        client = anthropic.AsyncAnthropic(base_url=api.url, api_key=key or "x", max_retries=0)
+        async with client:
+            if not key:  # no credential at all
+                client = client.with_options(default_headers={"Authorization": anthropic.Omit()})
+            with pytest.raises(anthropic.AuthenticationError) as caught:
+                await client.beta.agents.list()
+        assert caught.value.status_code == 401
+        assert caught.value.type == "authentication_error"
+        assert ("invalid API key" if key else "missing API key") in str(caught.value.api_message)
+        assert caught.value.request_id
+
+
+async def test_unknown_ids_are_404(api: Api) -> None:
+    beta = api.client.beta
+    calls = [
+        beta.agents.retrieve("agent_nope"),
+        beta.agents.archive("agent_nope"),
+        beta.agents.versions.list("agent_nope"),
+        beta.environments.retrieve("env_nope"),
+        beta.sessions.retrieve("sesn_nope"),
+        beta.sessions.archive("sesn_nope"),
+        beta.sessions.delete("sesn_nope"),
+        beta.sessions.events.list("sesn_nope"),
+        beta.sessions.events.send("sesn_nope", events=[MESSAGE]),
+    ]
+    for call in calls:
+        with pytest.raises(anthropic.NotFoundError) as caught:
+            await call
+        assert caught.value.type == "not_found_error"
+    assert api.runner.calls == []
+
+
+async def test_malformed_json_is_400(api: Api) -> None:
+    session = await api.session()
+    for content in (b'{"events": [', b"not json at all", b'["a", "list"]'):
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await api.client.post(
+                f"/v1/sessions/{session.id}/events",
+                cast_to=object,
+                content=content,
+                options={"headers": {"content-type": "application/json"}},
+            )
+        assert caught.value.type == "invalid_request_error"
+    assert await api.store.last_seq(session.id) == 0
+
+
+async def test_oversized_bodies_are_413(api: Api) -> None:
+    session = await api.session()
+    big = {"type": "user.message", "content": [{"type": "text", "text": "x" * MAX_BODY_BYTES}]}
+    with pytest.raises(anthropic.ContentTooLargeError) as caught:
+        await api.client.beta.sessions.events.send(session.id, events=[big])
+    assert caught.value.status_code == 413
+    assert caught.value.type == "request_too_large"
+    assert caught.value.request_id
+
+    async def chunks() -> AsyncIterator[bytes]:  # no Content-Length: counted while streaming
+        yield b'{"events": [{"type": "user.message", "content": [{"type": "text", "text": "'
+        for _ in range(MAX_BODY_BYTES // 65536 + 2):
+            yield b"y" * 65536
+        yield b'"}]}]}'
+
+    with pytest.raises(anthropic.ContentTooLargeError):
+        await api.client.post(
+            f"/v1/sessions/{session.id}/events",
+            cast_to=object,
+            content=chunks(),
+            options={"headers": {"content-type": "application/json"}},
+        )
+    assert await api.store.last_seq(session.id) == 0
+    assert api.runner.wakes(session.id) == 0
+    # The connection and the server are fine afterwards.
+    ok = await api.client.beta.sessions.events.send(session.id, events=[MESSAGE])
+    assert ok.data is not None
+    assert len(ok.data) == 1
+
+
+async def test_beta_header_lists_and_request_ids(api: Api) -> None:
+    agent = await api.client.beta.agents.with_raw_response.create(
+        name="x", model="m", betas=["some-future-beta-2099-01-01", "files-api-2025-04-14"]
+    )
+    assert agent.headers["request-id"].startswith("req_")
+    assert (await agent.parse()).version == 1
+    response = await api.http.get("/v1/agents", headers={"anthropic-beta": "a, b ,managed-agents-2026-04-01"})
+    assert response.status_code == 200
+    assert response.json()["next_page"] is None
+
+
+async def test_limits_and_types_in_queries(api: Api) -> None:
+    with pytest.raises(anthropic.BadRequestError, match="limit"):
+        await api.client.beta.agents.list(limit=101)
+    with pytest.raises(anthropic.BadRequestError, match="limit"):
+        await api.client.beta.sessions.list(limit=0)
+    with pytest.raises(anthropic.BadRequestError):
+        await api.client.beta.agents.retrieve("agent_x", version=0)

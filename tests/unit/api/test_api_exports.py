@@ -1,0 +1,62 @@
+"""The public exports of the API and sessions packages are pinned."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import control_plane.sessions as sessions
+
+EXPECTED = {
+    "control_plane.api.agents": {"agents_router", "new_agent_id", "stored_tool_params"},
+    "control_plane.api.app": {"ApiConfig", "ApiServices", "NullRunner", "create_app"},
+    "control_plane.api.body_limit": {"DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware"},
+    "control_plane.api.coded_errors": {"CodedApiError", "install_coded_error_handler"},
+    "control_plane.api.environments": {
+        "environment_json",
+        "environments_router",
+        "get_environment",
+        "new_environment_id",
+    },
+    "control_plane.api.events": {"events_router"},
+    "control_plane.api.sessions": {"RunnerCalls", "new_session_id", "sessions_router"},
+    "control_plane.api.streaming": {"PING_FRAME", "EventStream", "SseResponse", "sse_frame"},
+    "control_plane.sessions.log": {
+        "StatusView",
+        "append_and_publish",
+        "read_status",
+        "read_usage",
+        "zero_usage",
+    },
+}
+
+
+@pytest.mark.parametrize("module", sorted(EXPECTED))
+def test_module_exports(module: str) -> None:
+    mod = importlib.import_module(module)
+    assert set(mod.__all__) == EXPECTED[module]
+    for name in mod.__all__:
+        assert hasattr(mod, name)
+
+
+def test_sessions_package_exports() -> None:
+    assert set(sessions.__all__) == {
+        "DELTA_EVENT_TYPES",
+        "EVENT_TYPES",
+        "INPUT_EVENT_TYPES",
+        "STATUS_BY_EVENT_TYPE",
+        "STREAM_ONLY_TYPES",
+        "SessionStatus",
+        "StatusView",
+        "ToolSetting",
+        "agent_tool_settings",
+        "append_and_publish",
+        "event_json",
+        "new_event_id",
+        "parse_input_events",
+        "read_status",
+        "read_usage",
+    }
+    for name in sessions.__all__:
+        assert hasattr(sessions, name)

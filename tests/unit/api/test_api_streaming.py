@@ -1,0 +1,109 @@
+"""``EventStream`` over a MemoryStore and an EventBus, without HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+from control_plane.api.streaming import PING_FRAME, EventStream, sse_frame
+from control_plane.bus import EventBus
+from control_plane.sessions.events import new_event_id
+from control_plane.store.base import NewEvent
+from control_plane.store.memory import MemoryStore
+
+NOW = datetime(2030, 1, 1, tzinfo=UTC)
+
+
+def parse(frame: bytes) -> tuple[str, dict[str, object]]:
+    fields = dict(line.split(": ", 1) for line in frame.decode().strip().split("\n"))
+    return fields["event"], json.loads(fields["data"])
+
+
+async def next_frame(frames: AsyncIterator[bytes]) -> bytes:
+    return await asyncio.wait_for(anext(frames), 5)
+
+
+async def open_stream(store: MemoryStore, bus: EventBus, **kwargs: object) -> EventStream:
+    params: dict[str, object] = {
+        "after_seq": None,
+        "delta_types": (),
+        "ping_interval_s": 0.05,
+        "clock": lambda: NOW,
+    }
+    params.update(kwargs)
+    return await EventStream.open(store, bus, "sesn_1", **params)
+
+
+async def test_only_events_after_connecting_then_pings() -> None:
+    store, bus = MemoryStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    await store.append("sesn_1", [NewEvent("old", "user.message", {"content": []})], NOW)
+    stream = await open_stream(store, bus)
+    assert bus.subscriber_count("sesn_1") == 1
+    frames = stream.frames()
+    await store.append("sesn_1", [NewEvent("new", "session.status_running")], NOW)
+    bus.publish_persisted("sesn_1", 2)
+    assert parse(await next_frame(frames)) == (
+        "session.status_running",
+        {"id": "new", "type": "session.status_running", "processed_at": "2030-01-01T00:00:00Z"},
+    )
+    assert await next_frame(frames) == PING_FRAME
+    await frames.aclose()
+    stream.close()
+    stream.close()
+    assert bus.subscriber_count("sesn_1") == 0
+
+
+async def test_resume_delta_filter_and_delete() -> None:
+    store, bus = MemoryStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    await store.append("sesn_1", [NewEvent("e1", "session.status_running")], NOW)
+    stream = await open_stream(store, bus, after_seq=0, delta_types={"agent.message"})
+    frames = stream.frames()
+    assert parse(await next_frame(frames))[1]["id"] == "e1"  # backlog after after_seq
+
+    message_id = new_event_id()
+    delta = {"type": "event_delta", "event_id": message_id, "delta": {"type": "content_delta"}}
+    bus.publish_delta("sesn_1", delta)  # before its start: dropped
+    bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.thinking", "id": "t"}})
+    bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": message_id}})
+    bus.publish_delta("sesn_1", delta)
+    assert parse(await next_frame(frames))[0] == "event_start"
+    assert parse(await next_frame(frames)) == ("event_delta", delta)
+
+    await store.delete_resource("session", "sesn_1")
+    bus.publish_persisted("sesn_1", 0)
+    name, data = parse(await next_frame(frames))
+    assert name == "session.deleted"
+    assert data["type"] == "session.deleted"
+    assert [f async for f in frames] == []
+    stream.close()
+
+
+def test_frame_format() -> None:
+    assert sse_frame("ping", {}) == b"event: ping\ndata: {}\n\n"
+    assert sse_frame("x", {"a": "é"}, "7") == 'id: 7\nevent: x\ndata: {"a":"é"}\n\n'.encode()
+
+
+async def test_events_and_previews_keep_their_published_order() -> None:
+    """The store may already hold later events when a notification is handled; the stream reads only
+    up to the notified seq, so previews published in between come out in between."""
+    store, bus = MemoryStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    stream = await open_stream(store, bus, delta_types={"agent.message"})
+    frames = stream.frames()
+    await store.append("sesn_1", [NewEvent("run", "session.status_running")], NOW)
+    bus.publish_persisted("sesn_1", 1)
+    bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": "msg"}})
+    await store.append("sesn_1", [NewEvent("msg", "agent.message", {"content": []})], NOW)
+    bus.publish_persisted("sesn_1", 2)
+    # A late preview of an event already sent is dropped.
+    bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": "msg"}})
+    await store.append("sesn_1", [NewEvent("idle", "session.status_idle")], NOW)
+    bus.publish_persisted("sesn_1", 3)
+    names = [parse(await next_frame(frames))[0] for _ in range(4)]
+    assert names == ["session.status_running", "event_start", "agent.message", "session.status_idle"]
+    await frames.aclose()
+    stream.close()

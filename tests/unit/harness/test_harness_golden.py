@@ -1,0 +1,206 @@
+"""Golden logs: recorded session logs and the decision the step function must make on each.
+
+Each file in ``golden/`` holds an agent, a log and the expected decision; the test replays the log
+through ``step`` and compares. A change in behaviour shows up as a diff of these files. To
+re-record after an intended change: ``UPDATE_GOLDEN=1 pytest tests/unit/harness`` and review the
+diff of ``golden/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from harness_logs import AGENT_JSON, SESSION, Log, text, tool_use
+
+from control_plane.harness import events as ev
+from control_plane.harness.agent import AgentSpec
+from control_plane.harness.config import HarnessConfig
+from control_plane.harness.step import CallModel, Decision, DispatchTool, step
+from control_plane.store.base import Event
+
+GOLDEN = Path(__file__).parent / "golden"
+CONFIG = HarnessConfig(model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024)
+
+
+def _first_turn_start(log: Log) -> None:
+    log.user("Summarize the repo.")
+
+
+def _first_turn_model_call(log: Log) -> None:
+    log.user("Summarize the repo.")
+    log.running()
+
+
+def _tool_use_dispatch(log: Log) -> None:
+    log.user("What is in /work?")
+    log.running()
+    log.model([text("Listing it."), tool_use("toolu_01", "bash", {"command": "ls /work"})], "tool_use")
+
+
+def _tool_result_next_call(log: Log) -> None:
+    _tool_use_dispatch(log)
+    tool_id = next(e.id for e in log.events if e.type == ev.AGENT_TOOL_USE)
+    log.result(tool_id, "README.md\nsrc")
+
+
+def _resume_finished_turn(log: Log) -> None:
+    _tool_result_next_call(log)
+    log.model([text("It holds a README and src.")], "end_turn")
+
+
+def _custom_tool_requires_action(log: Log) -> None:
+    log.user("Status of ticket 7?")
+    log.running()
+    log.model([tool_use("toolu_02", "lookup_ticket", {"id": "7"})], "tool_use")
+
+
+def _custom_tool_answered(log: Log) -> None:
+    _custom_tool_requires_action(log)
+    tool_id = next(e.id for e in log.events if e.type == ev.AGENT_CUSTOM_TOOL_USE)
+    log.idle("requires_action", [tool_id])
+    log.custom_result(tool_id, "open, assigned to Ana")
+
+
+def _always_ask(log: Log) -> None:
+    log.user("Create notes.md")
+    log.running()
+    ids = log.model([tool_use("toolu_03", "write", {"file_path": "notes.md", "content": "hi"})], "tool_use")
+    log.idle("requires_action", ids)
+
+
+def _always_ask_allow(log: Log) -> None:
+    _always_ask(log)
+    tool_id = next(e.id for e in log.events if e.type == ev.AGENT_TOOL_USE)
+    log.confirm(tool_id, "allow")
+    log.running()
+
+
+def _always_ask_deny(log: Log) -> None:
+    _always_ask(log)
+    tool_id = next(e.id for e in log.events if e.type == ev.AGENT_TOOL_USE)
+    log.confirm(tool_id, "deny", "Do not write files today.")
+
+
+def _interrupt_mid_tool(log: Log) -> None:
+    _tool_use_dispatch(log)
+    log.interrupt()
+
+
+def _two_messages_second_turn(log: Log) -> None:
+    log.user("First question.")
+    log.user("Second question.")
+    log.running()
+    log.model([text("First answer.")], "end_turn")
+    log.idle()
+    log.running()
+
+
+def _retry_after_backoff(log: Log) -> None:
+    log.user("Hello?")
+    log.running()
+    log.failed_model("retrying")
+
+
+def _retries_exhausted(log: Log) -> None:
+    _retry_after_backoff(log)
+    log.running()
+    log.failed_model("retrying")
+    log.running()
+    log.failed_model("exhausted")
+
+
+def _crash_open_span(log: Log) -> None:
+    log.user("Hello?")
+    log.running()
+    log.add(ev.SPAN_MODEL_REQUEST_START)
+
+
+SCENARIOS: dict[str, Callable[[Log], None]] = {
+    "first_turn_start": _first_turn_start,
+    "first_turn_model_call": _first_turn_model_call,
+    "tool_use_dispatch": _tool_use_dispatch,
+    "tool_result_next_call": _tool_result_next_call,
+    "resume_finished_turn": _resume_finished_turn,
+    "custom_tool_requires_action": _custom_tool_requires_action,
+    "custom_tool_answered": _custom_tool_answered,
+    "always_ask_allow": _always_ask_allow,
+    "always_ask_deny": _always_ask_deny,
+    "interrupt_mid_tool": _interrupt_mid_tool,
+    "two_messages_second_turn": _two_messages_second_turn,
+    "retry_after_backoff": _retry_after_backoff,
+    "retries_exhausted": _retries_exhausted,
+    "crash_open_span": _crash_open_span,
+}
+
+
+def decision_json(decision: Decision) -> dict[str, Any]:
+    effect: dict[str, Any] | None = None
+    if isinstance(decision.effect, CallModel):
+        effect = {
+            "kind": "call_model",
+            "attempt": decision.effect.attempt,
+            "first_of_turn": decision.effect.first_of_turn,
+            "provision": decision.effect.provision,
+            "request": decision.effect.request,
+        }
+    elif isinstance(decision.effect, DispatchTool):
+        effect = {
+            "kind": "dispatch_tool",
+            "tool_use_id": decision.effect.tool_use_id,
+            "name": decision.effect.name,
+            "input": decision.effect.input,
+        }
+    return {
+        "appends": [{"type": d.type, "payload": d.payload, "id": d.id} for d in decision.appends],
+        "effect": effect,
+        "delay_s": decision.delay_s,
+    }
+
+
+def _record(name: str) -> dict[str, Any]:
+    log = Log()
+    SCENARIOS[name](log)
+    decision = step(AgentSpec.from_json(AGENT_JSON), log.events, CONFIG, log.now)
+    return {
+        "scenario": name,
+        "agent": AGENT_JSON,
+        "now": log.now.isoformat(),
+        "events": [
+            {"id": e.id, "type": e.type, "payload": e.payload, "processed_at": e.processed_at.isoformat()}
+            for e in log.events
+        ],
+        "expected": decision_json(decision),
+    }
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_golden_log(name: str) -> None:
+    path = GOLDEN / f"{name}.json"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(json.dumps(_record(name), indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    golden = json.loads(path.read_text(encoding="utf-8"))
+    events = [
+        Event(
+            id=e["id"],
+            session_id=SESSION,
+            seq=i,
+            type=e["type"],
+            payload=e["payload"],
+            processed_at=datetime.fromisoformat(e["processed_at"]),
+        )
+        for i, e in enumerate(golden["events"], start=1)
+    ]
+    decision = step(
+        AgentSpec.from_json(golden["agent"]), events, CONFIG, datetime.fromisoformat(golden["now"])
+    )
+    assert decision_json(decision) == golden["expected"]
+
+
+def test_every_golden_file_has_a_scenario() -> None:
+    assert sorted(p.stem for p in GOLDEN.glob("*.json")) == sorted(SCENARIOS)
