@@ -33,7 +33,7 @@ def docker_api() -> Iterator[Any]:
         client.ping()
     except docker.errors.DockerException as exc:
         pytest.fail(
-            f"Docker tests need a Docker engine (run scripts/setup.sh, or deselect with -m 'not docker'): {exc}"
+            f"Docker tests need a Docker engine (scripts/setup.sh starts one; or -m 'not docker'): {exc}"
         )
     subprocess.run(["bash", str(REPO / "packaging/sandbox/build.sh"), IMAGE], check=True, timeout=900)
     yield client
