@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
+from pydantic import ValidationError
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.server import ADMIN_KEY_FILE, ControlPlane
@@ -45,10 +47,11 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", help="run the API, the tunnel server and the harnesses")
     serve.add_argument(
-        "--data-dir", type=Path, default=Path(os.environ.get("OUTPOST_DATA_DIR", "/var/lib/outpost-control"))
+        "--config", type=Path, help="YAML file with ControlPlaneConfig keys (flags override it)"
     )
-    serve.add_argument("--http", type=_hostport, default=("127.0.0.1", 8080), help="API listen address")
-    serve.add_argument("--tunnel", type=_hostport, default=("127.0.0.1", 7443), help="tunnel listen address")
+    serve.add_argument("--data-dir", type=Path, help="default: $OUTPOST_DATA_DIR or /var/lib/outpost-control")
+    serve.add_argument("--http", type=_hostport, help="API listen address (default 127.0.0.1:8080)")
+    serve.add_argument("--tunnel", type=_hostport, help="tunnel listen address (default 127.0.0.1:7443)")
     serve.add_argument("--public-tunnel-address", help="host:port edges dial (default: the listen address)")
     serve.add_argument("--tls-hostname", action="append", default=[], help="name for the tunnel certificate")
     serve.add_argument(
@@ -102,17 +105,35 @@ def _parser() -> argparse.ArgumentParser:
 
 
 # -- serve ---------------------------------------------------------------------------------------
+def _serve_config(args: argparse.Namespace) -> ControlPlaneConfig:
+    data: dict[str, Any] = {}
+    if args.config is not None:
+        loaded = yaml.safe_load(args.config.read_text())
+        if not isinstance(loaded, dict):
+            raise SystemExit(f"outpost-control: {args.config} must hold a mapping of config keys")
+        data.update(loaded)
+    data_dir = args.data_dir or os.environ.get("OUTPOST_DATA_DIR")
+    if data_dir:
+        data["data_dir"] = str(data_dir)
+    if args.http:
+        data["http_host"], data["http_port"] = args.http
+    if args.tunnel:
+        data["tunnel_host"], data["tunnel_port"] = args.tunnel
+    if args.public_tunnel_address:
+        data["public_tunnel_address"] = args.public_tunnel_address
+    if args.tls_hostname:
+        data["tls_hostnames"] = ["localhost", *args.tls_hostname]
+    if args.model_base_url:
+        data["model_base_url"] = args.model_base_url
+    try:
+        return ControlPlaneConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n".join(f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise SystemExit(f"outpost-control: invalid configuration:\n{problems}") from None
+
+
 async def _serve(args: argparse.Namespace) -> int:
-    config = ControlPlaneConfig(
-        data_dir=args.data_dir,
-        http_host=args.http[0],
-        http_port=args.http[1],
-        tunnel_host=args.tunnel[0],
-        tunnel_port=args.tunnel[1],
-        public_tunnel_address=args.public_tunnel_address,
-        tls_hostnames=("localhost", *args.tls_hostname),
-        model_base_url=args.model_base_url,
-    )
+    config = _serve_config(args)
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -20,6 +20,8 @@ import pytest
 import yaml
 
 from control_plane.config import ControlPlaneConfig
+from control_plane.harness import HarnessConfig
+from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
@@ -112,8 +114,20 @@ def text_of(result: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
+async def model_server() -> AsyncIterator[LocalModelServer]:
+    """The local Messages-API server with the demo's responder (write a program, run it, report)."""
+    async with LocalModelServer(DemoResponder()) as server:
+        yield server
+
+
+@pytest.fixture
+async def control_plane(
+    tmp_path: Path, model_server: LocalModelServer, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[ControlPlane]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "e2e-model-key")
     config = ControlPlaneConfig(
+        model_base_url=model_server.base_url,
+        harness=HarnessConfig(lease_ttl_s=5, model_backoff_initial_s=0.1),
         data_dir=tmp_path / "cp",
         http_port=0,
         tunnel_port=0,
