@@ -8,8 +8,8 @@ For each mode, over N new sessions (model server at a fixed time to first token)
   ``sessions.events.stream``), for (a) lazy + speculative provisioning (the default: the sandbox is
   warmed in parallel with the first model call) and (b) eager provisioning (the container is
   created before the first model call, as a design that couples brain and hands would do);
-* harness overhead: ``user.message`` persisted (its ``processed_at``) → the model server receives
-  the request.
+* harness overhead: ``user.message`` persisted (the API's durable append returned) → the model
+  server receives the request (same process, same monotonic clock).
 
 Runs a real control plane (SQLite, harness, gRPC tunnel), a real edge with Docker sandboxes and the
 local Messages-API server, all on loopback. Everything it creates is removed.
@@ -21,20 +21,21 @@ import argparse
 import asyncio
 import logging
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anthropic
+import yaml
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
 from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
-from edge_agent.config import EdgeConfig
-from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
 
 
@@ -60,6 +61,16 @@ async def run_mode(mode: str, sessions: int, ttft_s: float, work: Path) -> tuple
         async with ControlPlane(config) as cp:
             assert cp.enrollment is not None
             client = anthropic.AsyncAnthropic(base_url=cp.http_url, api_key=cp.admin_key(), max_retries=0)
+            # "Persisted" = the moment the API's append of the user.message returned (it then
+            # publishes it on the bus); recorded on the same monotonic clock as the model server.
+            persisted_at: dict[str, float] = {}
+            publish = cp.bus.publish_persisted
+
+            def record(session_id: str, last_seq: int) -> None:
+                persisted_at.setdefault(session_id, time.monotonic())
+                publish(session_id, last_seq)
+
+            cp.bus.publish_persisted = record  # type: ignore[method-assign]
             env = await client.beta.environments.create(name=f"bench-{mode}", config={"type": "self_hosted"})
             token = await cp.enrollment.create_token(env.id)
             identity = await register(
@@ -69,16 +80,25 @@ async def run_mode(mode: str, sessions: int, ttft_s: float, work: Path) -> tuple
                 name="bench",
                 ca_fingerprint=token.ca_fingerprint,
             )
-            edge_config = EdgeConfig.model_validate(
-                {
-                    "state_dir": str(work / f"edge-{mode}"),
-                    "control_plane": {"tunnel_address": cp.tunnel_address},
-                    "sandbox": {"name_prefix": "outpost-bench"},
-                    "policy": {"max_sandboxes": 16},
-                }
+            # The edge runs in its own process, as it would on its own host.
+            edge_config = work / f"edge-{mode}" / "config.yaml"
+            edge_config.write_text(
+                yaml.safe_dump(
+                    {
+                        "state_dir": str(work / f"edge-{mode}"),
+                        "control_plane": {"tunnel_address": cp.tunnel_address},
+                        "sandbox": {"name_prefix": "outpost-bench"},
+                        "policy": {"max_sandboxes": 16},
+                        "logging": {"level": "WARNING"},
+                    }
+                )
             )
-            async with EdgeAgent(edge_config, identity=identity) as edge:
-                assert await edge.wait_connected(20)
+            edge = subprocess.Popen(
+                [sys.executable, "-m", "edge_agent.cli", "run", "--config", str(edge_config)]
+            )
+            try:
+                while not cp.registry.for_environment(env.id):
+                    await asyncio.sleep(0.05)
                 agent = await client.beta.agents.create(
                     name="bench", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
                 )
@@ -115,21 +135,16 @@ async def run_mode(mode: str, sessions: int, ttft_s: float, work: Path) -> tuple
                     ttfts.append((await asyncio.wait_for(first_delta, 30) - t0) * 1000)
                     await asyncio.wait_for(idle.wait(), 30)
                     await watcher
-                    persisted = _epoch(sent.data[0].processed_at)
-                    received = model.requests[requests_before].received_at + _MONO_TO_EPOCH
-                    overheads.append((received - persisted) * 1000)
+                    assert sent.data[0].type == "user.message"
+                    received = model.requests[requests_before].received_at
+                    overheads.append((received - persisted_at[session.id]) * 1000)
                     await client.beta.sessions.delete(session.id)
                 await client.close()
+            finally:
+                edge.send_signal(signal.SIGTERM)
+                edge.wait(60)
+                del identity
     return ttfts, overheads
-
-
-_MONO_TO_EPOCH = time.time() - time.monotonic()
-
-
-def _epoch(value: Any) -> float:
-    if isinstance(value, datetime):
-        return value.timestamp()
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
 async def main(sessions: int, ttft_ms: float) -> None:

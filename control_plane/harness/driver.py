@@ -41,7 +41,7 @@ from control_plane.harness.step import (
     model_output_events,
 )
 from control_plane.sessions.log import append_and_publish
-from control_plane.store.base import Event, NewEvent, Store
+from control_plane.store.base import Event, NewEvent, Resource, Store
 from outpost_wire.errors import OutpostError
 from outpost_wire.results import ToolResult
 
@@ -52,6 +52,7 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 _RESOURCE_RETRIES = 8
 _LEADING_STATUSES = frozenset({"running", "rescheduling"})
+_SPECULATIVE_DELAY_S = 0.05
 
 
 class ToolGateway(Protocol):
@@ -99,8 +100,20 @@ class _Interrupted(Exception):
 class SessionDriver:
     """Runs one session from its log until there is nothing to do (one instance per wake)."""
 
-    def __init__(self, ctx: DriverContext, session_id: str, lease: LeaseKeeper, wake: asyncio.Event) -> None:
+    def __init__(
+        self,
+        ctx: DriverContext,
+        session_id: str,
+        lease: LeaseKeeper,
+        wake: asyncio.Event,
+        *,
+        session: Resource | None = None,
+    ) -> None:
+        """``session``: the session resource if the caller already read it (while it took the
+        lease, say); otherwise the driver reads it."""
         self._ctx = ctx
+        self._prefetched = session
+        self._pending_update: asyncio.Task[None] | None = None
         self._sid = session_id
         self._lease = lease
         self._wake = wake
@@ -143,11 +156,13 @@ class SessionDriver:
         await self._update_resource(status=self._state.status)
 
     async def _load_session(self) -> dict[str, Any] | None:
-        try:
-            resource = await self._ctx.store.get_resource("session", self._sid)
-        except NotFound:
-            log.info("session %s: gone; nothing to run", self._sid)
-            return None
+        resource, self._prefetched = self._prefetched, None
+        if resource is None:
+            try:
+                resource = await self._ctx.store.get_resource("session", self._sid)
+            except NotFound:
+                log.info("session %s: gone; nothing to run", self._sid)
+                return None
         if resource.archived_at is not None or resource.body.get("status") == "terminated":
             return None
         return resource.body
@@ -163,12 +178,20 @@ class SessionDriver:
             with contextlib.suppress(_Interrupted):
                 await self._interruptible(asyncio.sleep(decision.delay_s))
             return
-        expected = self._state.last_seq
-        if decision.appends:
-            stored = await self._append_with_status(decision.appends, expected_seq=expected)
-            expected = stored[-1].seq
+        appends = list(decision.appends)
+        start_id: str | None = None
         if isinstance(decision.effect, CallModel):
-            await self._call_model(decision.effect, expected)
+            # The span start goes in the same (conditional) append as the decision's own events:
+            # one durable commit between the decision and the model request, not two.
+            start_id = self._ctx.new_id()
+            if decision.effect.provision and self._ctx.config.eager_provision:
+                await self._start_provisioning()
+            appends.append(ev.Draft(ev.SPAN_MODEL_REQUEST_START, {}, start_id))
+        if appends:
+            await self._append_with_status(appends, expected_seq=self._state.last_seq)
+        if isinstance(decision.effect, CallModel):
+            assert start_id is not None
+            await self._call_model(decision.effect, start_id)
         elif isinstance(decision.effect, DispatchTool):
             await self._dispatch(decision.effect)
 
@@ -193,25 +216,46 @@ class SessionDriver:
         """Append, keeping the session resource's ``status`` in step. A move to ``running`` /
         ``rescheduling`` is written to the resource *before* the append, a move to ``idle`` /
         ``terminated`` after it: a crash in between leaves the resource saying "running", so a
-        restarted harness's scan wakes the session and the log settles the truth."""
+        restarted harness's scan wakes the session and the log settles the truth. The leading
+        update runs in the background, ordered before any later update of the resource."""
         status = _last_status(drafts)
         if status in _LEADING_STATUSES:
-            await self._update_resource(status=status)
+            # Not awaited: the model request need not wait for it. A restarted harness's scan also
+            # wakes sessions whose log is not at rest, whatever the resource says.
+            self._update_resource_soon(status=status)
+            return await self._append(drafts, expected_seq=expected_seq)
         stored = await self._append(drafts, expected_seq=expected_seq)
         if status is not None and status not in _LEADING_STATUSES:
             await self._update_resource(status=status)
         return stored
 
-    async def _call_model(self, call: CallModel, expected_seq: int) -> None:
+    async def _call_model(self, call: CallModel, start_id: str) -> None:
+        """The span start is already in the log (appended with the decision)."""
         assert self._agent is not None
         usage_before = dict(self._state.usage)
-        if call.provision:
-            await self._start_provisioning()
-        start_id = self._ctx.new_id()
-        await self._append([ev.Draft(ev.SPAN_MODEL_REQUEST_START, {}, start_id)], expected_seq=expected_seq)
         ids: dict[int, str] = {}
+        on_stream = self._on_stream(ids)
+        timer: asyncio.TimerHandle | None = None
+        if call.provision and not self._ctx.config.eager_provision:
+            # Speculative provisioning overlaps the model's time to first token; it starts once the
+            # request is on its way (the first stream event, or 50 ms), so it never delays it.
+            started = False
+
+            def kick() -> None:
+                nonlocal started
+                if not started:
+                    started = True
+                    self._spawn_provisioning()
+
+            timer = asyncio.get_running_loop().call_later(_SPECULATIVE_DELAY_S, kick)
+            forward = on_stream
+
+            def on_stream(item: StreamEvent) -> None:
+                kick()
+                forward(item)
+
         try:
-            message = await self._interruptible(self._ctx.model.stream(call.request, self._on_stream(ids)))
+            message = await self._interruptible(self._ctx.model.stream(call.request, on_stream))
         except _Interrupted:
             return  # the next step closes the span and ends the turn
         except ModelError as exc:
@@ -226,6 +270,9 @@ class SessionDriver:
             )
             await self._append_with_status(drafts)
             return
+        finally:
+            if timer is not None:
+                timer.cancel()
         block_ids = _block_event_ids(message, ids, self._ctx.new_id)
         drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before)
         await self._append(drafts)
@@ -272,9 +319,16 @@ class SessionDriver:
         if config.eager_provision:
             await self._provision(env)
         elif config.speculative_provision:
-            task = asyncio.create_task(self._provision(env), name=f"provision-{self._sid}")
-            self._ctx.background.add(task)
-            task.add_done_callback(self._ctx.background.discard)
+            self._spawn_provisioning()
+
+    def _spawn_provisioning(self) -> None:
+        """Provision in the background (speculative: never awaited; a failure is only logged)."""
+        env = self.environment_id
+        if env is None or self._sid in self._ctx.provisioned or not self._ctx.config.speculative_provision:
+            return
+        task = asyncio.create_task(self._provision(env), name=f"provision-{self._sid}")
+        self._ctx.background.add(task)
+        task.add_done_callback(self._ctx.background.discard)
 
     async def _provision(self, environment_id: str) -> None:
         try:
@@ -351,11 +405,34 @@ class SessionDriver:
             await _first_of(self._wake.wait(), self._lease.lost.wait())
 
     # -- the session resource -----------------------------------------------------------------------
+    def _update_resource_soon(self, *, status: str) -> None:
+        """Start a resource update without waiting for it; updates stay in order."""
+        previous = self._pending_update
+
+        async def update() -> None:
+            if previous is not None:
+                await asyncio.gather(previous, return_exceptions=True)
+            try:
+                await self._write_resource(status=status, usage=None)
+            except _Stop as stop:
+                log.debug("session %s: status update skipped: %s", self._sid, stop)
+
+        self._pending_update = task = asyncio.create_task(update(), name=f"status-{self._sid}")
+        self._ctx.background.add(task)
+        task.add_done_callback(self._ctx.background.discard)
+
     async def _update_resource(
         self, *, status: str | None = None, usage: Mapping[str, int] | None = None
     ) -> None:
-        """Bring the session resource's ``status`` / ``usage`` in line with the log (the API may
-        update the same resource concurrently: retry on ``VersionConflict``)."""
+        """Bring the session resource's ``status`` / ``usage`` in line with the log, after any
+        update still in flight."""
+        if self._pending_update is not None:
+            pending, self._pending_update = self._pending_update, None
+            await asyncio.gather(pending, return_exceptions=True)
+        await self._write_resource(status=status, usage=usage)
+
+    async def _write_resource(self, *, status: str | None, usage: Mapping[str, int] | None) -> None:
+        """(The API may update the same resource concurrently: retry on ``VersionConflict``.)"""
         if status is None and usage is None:
             return
         store = self._ctx.store

@@ -32,12 +32,13 @@ from control_plane.harness.config import HarnessConfig
 from control_plane.harness.driver import DriverContext, SessionDriver, ToolGateway
 from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.model import ModelClient
-from control_plane.store.base import Store
+from control_plane.store.base import Order, Resource, Store
 
 __all__ = ["Harness"]
 
 log = logging.getLogger(__name__)
 
+_AT_REST = frozenset({"session.status_idle", "session.status_terminated"})
 _RESUMABLE_STATUSES = ("running", "rescheduling")
 _SCAN_PAGE = 100
 
@@ -177,10 +178,15 @@ class Harness:
         try:
             while True:
                 slot.wake.clear()
-                if not await slot.keeper.acquire():
+                # Read the session while the lease is being taken: one round trip fewer before
+                # the first model request (the read needs no lease; appends are fenced).
+                acquired, session = await asyncio.gather(
+                    slot.keeper.acquire(), self._read_session(session_id)
+                )
+                if not acquired:
                     await asyncio.sleep(self.config.lease_busy_retry_s)
                     continue
-                driver = SessionDriver(self._ctx, session_id, slot.keeper, slot.wake)
+                driver = SessionDriver(self._ctx, session_id, slot.keeper, slot.wake, session=session)
                 try:
                     await driver.run()
                 finally:
@@ -205,6 +211,12 @@ class Harness:
                 self._retries[session_id] = loop.call_later(
                     self.config.error_retry_s, self._retry_wake, session_id
                 )
+
+    async def _read_session(self, session_id: str) -> Resource | None:
+        try:
+            return await self._ctx.store.get_resource("session", session_id)
+        except NotFound:
+            return None
 
     def _retry_wake(self, session_id: str) -> None:
         self._retries.pop(session_id, None)
@@ -232,7 +244,26 @@ class Harness:
                 if page.next_cursor is None:
                     break
                 cursor = page.next_cursor
+        await self._wake_unsettled_idle()
         await self._wake_expired()
+
+    async def _wake_unsettled_idle(self) -> None:
+        """Sessions the resource calls idle whose log is not at rest (it does not end with
+        ``session.status_idle`` / ``status_terminated``): input the API appended just before the
+        process died, or a turn whose first writes raced a crash. One indexed read per session."""
+        store = self._ctx.store
+        cursor: str | None = None
+        while True:
+            page = await store.list_resources(
+                "session", filters={"status": "idle"}, limit=_SCAN_PAGE, cursor=cursor
+            )
+            for resource in page.items:
+                last = await store.get_events(resource.id, limit=1, order=Order.DESC)
+                if last and last[0].type not in _AT_REST:
+                    self._ensure_running(resource.id)
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
 
     async def _wake_expired(self) -> None:
         for lease in await self._ctx.store.expired_leases(self._ctx.clock(), limit=_SCAN_PAGE):

@@ -26,6 +26,7 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -90,6 +91,18 @@ class Decision:
 _RUNNING = ev.Draft(ev.SESSION_STATUS_RUNNING)
 
 
+@dataclass(frozen=True)
+class _Synthetic:
+    """A not-yet-stored event, for folding a decision's own appends into a copy of the state."""
+
+    id: str
+    type: str
+    payload: dict[str, Any] = field(default_factory=dict)
+
+
+_RUNNING_EVENT = _Synthetic("pending-status-running", ev.SESSION_STATUS_RUNNING)
+
+
 def step(
     agent: AgentSpec, events: Sequence[ev.LogEvent], config: HarnessConfig, now: datetime | None = None
 ) -> Decision:
@@ -103,7 +116,13 @@ def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: dateti
         return Decision(reason="terminated")
     if not s.in_turn:
         if s.pending_inputs:
-            return Decision((_RUNNING,), reason="start turn")
+            # Start the turn and make its first model call in one decision: the running status
+            # and the span start then share one durable append (the model request waits on one
+            # commit, not two). The request is built from the state as it will be once
+            # ``session.status_running`` is folded in.
+            started = copy.deepcopy(s)
+            started.apply(_RUNNING_EVENT)
+            return Decision((_RUNNING,), _call_model(agent, started, config), reason="start turn")
         return Decision(reason="idle")
     if s.interrupt_pending:
         drafts: list[ev.Draft] = []

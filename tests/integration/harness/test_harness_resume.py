@@ -211,3 +211,21 @@ async def test_a_live_lease_keeps_a_second_harness_out(db: Path) -> None:
         assert server.request_count == 2
     await store_a.close()
     await store_b.close()
+
+
+async def test_input_appended_before_a_crash_is_picked_up_at_start(db: Path) -> None:
+    """The API stored a user.message but the process died before any harness took the lease:
+    the session's body still says idle, and a harness starting later must still run the turn."""
+    store = SqliteStore(db)
+    async with LocalModelServer(Script(["Picked up."])) as server:
+        model = AnthropicModelClient(base_url=server.base_url, api_key="k")
+        session_id = await create_session(store)
+        await send_message(store, session_id, "Are you there?")  # no wake: the crash came first
+        harness = Harness(store, FakeGateway(), EventBus(), model, SHORT_LEASE, holder_id="harness_late")
+        await harness.start()
+        events = await wait_for_events(store, session_id, lambda es: idle_count(es) == 1, timeout_s=10)
+        await harness.close()
+        await model.close()
+        assert server.request_count == 1
+    await store.close()
+    assert types(events)[-1] == ev.SESSION_STATUS_IDLE

@@ -37,12 +37,14 @@ def test_empty_log_is_idle() -> None:
     assert decide(Log()).idle
 
 
-def test_user_message_starts_a_turn() -> None:
+def test_user_message_starts_a_turn_and_calls_the_model_in_one_decision() -> None:
     log = Log()
     log.user("hello")
     decision = decide(log)
     assert types(decision) == [ev.SESSION_STATUS_RUNNING]
-    assert decision.effect is None
+    # The model call is the one the started turn would make: same request, first of the turn.
+    log.running()
+    assert decision.effect == call(decide(log))
 
 
 def test_started_turn_calls_the_model_with_system_tools_and_message() -> None:
