@@ -17,6 +17,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -28,11 +29,14 @@ from control_plane.api.auth import create_api_key
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
+from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.sessions.networking import egress_of
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
 from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer
 from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import Provision
 from outpost_wire.session import SessionConfig
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -41,6 +45,7 @@ __all__ = ["ADMIN_KEY_FILE", "ControlPlane"]
 log = logging.getLogger(__name__)
 
 ADMIN_KEY_FILE = "admin-api-key"
+_SPEC_TTL_S = 2.0
 
 
 def _utcnow() -> datetime:
@@ -58,7 +63,9 @@ class ControlPlane:
         self.gateway = EdgeGateway(
             self.registry,
             GatewayConfig(reconnect_grace_s=config.reconnect_grace_s, edge_wait_s=config.edge_wait_s),
+            sandbox_spec=self._sandbox_spec,
         )
+        self._specs: dict[str, tuple[float, Provision]] = {}
         self.tunnel: GrpcTunnelServer | None = None
         self.bus = EventBus()
         self.model: AnthropicModelClient | None = None
@@ -182,6 +189,22 @@ class ControlPlane:
     async def _authenticate(self, der: bytes) -> EdgeRecord:
         assert self.enrollment is not None
         return await self.enrollment.authenticate_peer(der)
+
+    async def _sandbox_spec(self, environment_id: str) -> Provision:
+        """The sandbox an environment asks its edges for (its networking, for now). Cached for a
+        couple of seconds: it is read on every tool call."""
+        now = time.monotonic()
+        cached = self._specs.get(environment_id)
+        if cached is not None and now - cached[0] < _SPEC_TTL_S:
+            return cached[1]
+        assert self.store is not None
+        try:
+            env = await self.store.get_resource("environment", environment_id)
+        except NotFound:
+            return Provision()
+        spec = Provision(egress=egress_of(env.body.get("config")))
+        self._specs[environment_id] = (now, spec)
+        return spec
 
     def _on_revoked(self, edge_id: str) -> None:
         if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, "edge certificate revoked"):

@@ -6,7 +6,9 @@ this is the one place that enforces the frame size limit and decides what counts
 * :func:`decode_frame` checks the size *before* parsing (:class:`FrameTooLarge`), then raises
   :class:`MalformedFrame` for bytes that do not parse, an empty ``body`` oneof (which is also what a
   frame type from a newer protocol looks like), an unknown enum number, or a missing required field
-  (empty ``request_id``, ``edge_id``, no request ``op``, a non-finite number).
+  (empty ``request_id``, ``edge_id``, no request ``op``, a non-finite number, an McpCall without
+  ``server`` or ``tool``, an egress mode or host list outside the rules of
+  :class:`~outpost_wire.frames.Egress`).
 * :func:`encode_frame` raises :class:`FrameTooLarge` when the encoded frame would exceed the limit,
   and :class:`MalformedFrame` when a dataclass holds a value the wire cannot carry (a negative
   unsigned integer, a wrong type) or breaks a rule the decoder enforces (``_validate`` serves
@@ -16,6 +18,10 @@ this is the one place that enforces the frame size limit and decides what counts
 
 :class:`~outpost_wire.errors.ErrorCode` maps to the proto enum by name (``ERROR_CODE_<MEMBER>``);
 the mapping is built and checked for totality at import, so the two cannot drift apart silently.
+Egress modes map the same way (``EGRESS_MODE_<MODE>``). Fields added after the first release are
+encoded so that a frame using only their defaults is byte-for-byte what older code produced (an
+``Egress()`` or an ``Execute.sandbox`` of ``None`` is left out), and decode to their defaults when
+absent.
 Semantic checks that concern one request only (unknown tool, bad JSON input, policy) are not made
 here: they are answered with a :class:`~outpost_wire.frames.Failure` without tearing the tunnel down.
 """
@@ -30,17 +36,23 @@ from google.protobuf.message import DecodeError
 from outpost_wire._proto import tunnel_pb2 as pb
 from outpost_wire.errors import ErrorCode, FrameTooLarge, MalformedFrame
 from outpost_wire.frames import (
+    EGRESS_MODES,
+    MAX_EGRESS_HOST_CHARS,
+    MAX_EGRESS_HOSTS,
     Ack,
     Cancel,
+    CatalogUpdate,
     Destroy,
     Destroyed,
     Drain,
+    Egress,
     ErrorFrame,
     Execute,
     Failure,
     Frame,
     Heartbeat,
     Hello,
+    McpCall,
     Operation,
     Outcome,
     Provision,
@@ -65,6 +77,14 @@ _CODE_TO_PB: Final[dict[ErrorCode, int]] = {
 _PB_TO_CODE: Final[dict[int, ErrorCode]] = {number: code for code, number in _CODE_TO_PB.items()}
 if set(_PB_TO_CODE) != set(pb.ErrorCode.values()):  # pragma: no cover - guards regeneration drift
     raise ImportError("tunnel.proto ErrorCode and outpost_wire.errors.ErrorCode differ")
+
+_MODE_TO_PB: Final[dict[str, int]] = {
+    mode: pb.EgressMode.Value(f"EGRESS_MODE_{mode.upper()}") for mode in EGRESS_MODES
+}
+_PB_TO_MODE: Final[dict[int, str]] = {number: mode for mode, number in _MODE_TO_PB.items()}
+if set(_PB_TO_MODE) != set(pb.EgressMode.values()):  # pragma: no cover - guards regeneration drift
+    raise ImportError("tunnel.proto EgressMode and outpost_wire.frames.EGRESS_MODES differ")
+_DEFAULT_EGRESS: Final = Egress()
 
 # A ResultChunk frame grows by at most this much when data is added: the data field's tag (1) and
 # length varint (<= 5 below 4 GiB), and the result_chunk length prefix growing from 1 to <= 5 bytes.
@@ -114,6 +134,8 @@ def _frame_from_pb(msg: pb.Frame) -> Frame:
             sandbox_capacity=h.sandbox_capacity,
             sandboxes_in_use=h.sandboxes_in_use,
             environment_id=h.environment_id,
+            mcp_catalog_digest=h.mcp_catalog_digest,
+            mcp_catalog_json=h.mcp_catalog_json,
         )
     if kind == "welcome":
         w = msg.welcome
@@ -139,6 +161,9 @@ def _frame_from_pb(msg: pb.Frame) -> Frame:
         return Drain(reason=msg.drain.reason, grace_ms=msg.drain.grace_ms)
     if kind == "error":
         return ErrorFrame(code=_code_from_pb(msg.error.code), message=msg.error.message)
+    if kind == "catalog_update":
+        u = msg.catalog_update
+        return CatalogUpdate(digest=u.digest, catalog_json=u.catalog_json)
     _malformed("frame has no body (empty or unknown frame type)")
 
 
@@ -167,6 +192,8 @@ def _frame_to_pb(frame: Frame) -> pb.Frame:
                     sandbox_capacity=frame.sandbox_capacity,
                     sandboxes_in_use=frame.sandboxes_in_use,
                     environment_id=frame.environment_id,
+                    mcp_catalog_digest=frame.mcp_catalog_digest,
+                    mcp_catalog_json=frame.mcp_catalog_json,
                 )
             )
         case Welcome():
@@ -200,6 +227,10 @@ def _frame_to_pb(frame: Frame) -> pb.Frame:
             return pb.Frame(drain=pb.Drain(reason=frame.reason, grace_ms=frame.grace_ms))
         case ErrorFrame():
             return pb.Frame(error=pb.Error(code=_code_to_pb(frame.code), message=frame.message))
+        case CatalogUpdate():
+            return pb.Frame(
+                catalog_update=pb.CatalogUpdate(digest=frame.digest, catalog_json=frame.catalog_json)
+            )
     raise TypeError(f"not a frame: {frame!r}")
 
 
@@ -213,29 +244,54 @@ def _request_to_pb(request: Request) -> pb.Request:
     op = request.op
     match op:
         case Provision():
-            msg.provision.CopyFrom(
-                pb.Provision(image=op.image, cpus=op.cpus, memory_bytes=op.memory_bytes, pids=op.pids)
-            )
+            msg.provision.CopyFrom(_provision_to_pb(op))
         case Execute():
             msg.execute.CopyFrom(pb.Execute(tool=op.tool, input_json=op.input_json, timeout_ms=op.timeout_ms))
+            if op.sandbox is not None:
+                msg.execute.sandbox.CopyFrom(_provision_to_pb(op.sandbox))
         case Destroy():
             msg.destroy.SetInParent()
+        case McpCall():
+            msg.mcp_call.CopyFrom(
+                pb.McpCall(
+                    server=op.server, tool=op.tool, arguments_json=op.arguments_json, timeout_ms=op.timeout_ms
+                )
+            )
         case _:
             raise TypeError(f"not an operation: {op!r}")
     return msg
+
+
+def _provision_to_pb(op: Provision) -> pb.Provision:
+    msg = pb.Provision(image=op.image, cpus=op.cpus, memory_bytes=op.memory_bytes, pids=op.pids)
+    if op.egress != _DEFAULT_EGRESS:  # left out otherwise: the bytes older code produced
+        msg.egress.CopyFrom(
+            pb.Egress(mode=_mode_to_pb(op.egress.mode), allowed_hosts=op.egress.allowed_hosts)
+        )
+    return msg
+
+
+def _provision_from_pb(msg: pb.Provision) -> Provision:
+    egress = Egress(mode=_mode_from_pb(msg.egress.mode), allowed_hosts=tuple(msg.egress.allowed_hosts))
+    return Provision(
+        image=msg.image, cpus=msg.cpus, memory_bytes=msg.memory_bytes, pids=msg.pids, egress=egress
+    )
 
 
 def _request_from_pb(msg: pb.Request) -> Request:
     kind = msg.WhichOneof("op")
     op: Operation
     if kind == "provision":
-        p = msg.provision
-        op = Provision(image=p.image, cpus=p.cpus, memory_bytes=p.memory_bytes, pids=p.pids)
+        op = _provision_from_pb(msg.provision)
     elif kind == "execute":
         e = msg.execute
-        op = Execute(tool=e.tool, input_json=e.input_json, timeout_ms=e.timeout_ms)
+        sandbox = _provision_from_pb(e.sandbox) if e.HasField("sandbox") else None
+        op = Execute(tool=e.tool, input_json=e.input_json, timeout_ms=e.timeout_ms, sandbox=sandbox)
     elif kind == "destroy":
         op = Destroy()
+    elif kind == "mcp_call":
+        m = msg.mcp_call
+        op = McpCall(server=m.server, tool=m.tool, arguments_json=m.arguments_json, timeout_ms=m.timeout_ms)
     else:
         _malformed("request has no op")
     return Request(
@@ -332,10 +388,37 @@ def _validate(frame: Frame) -> None:
             _require(math.isfinite(interval) and interval > 0, "welcome.heartbeat_interval_s")
         case Request():
             _require(frame.request_id, "request.request_id")
-            if isinstance(frame.op, Provision):
-                _require(math.isfinite(frame.op.cpus) and frame.op.cpus >= 0, "provision.cpus")
+            _validate_op(frame.op)
         case ResultChunk() | Cancel() | Ack():
             _require(frame.request_id, f"{type(frame).__name__}.request_id")
+
+
+def _validate_op(op: Operation) -> None:
+    match op:
+        case Provision():
+            _validate_provision(op, "provision")
+        case Execute():
+            if op.sandbox is not None:
+                _require(isinstance(op.sandbox, Provision), "execute.sandbox")
+                _validate_provision(op.sandbox, "execute.sandbox")
+        case McpCall():
+            _require(op.server, "mcp_call.server")
+            _require(op.tool, "mcp_call.tool")
+
+
+def _validate_provision(op: Provision, where: str) -> None:
+    _require(math.isfinite(op.cpus) and op.cpus >= 0, f"{where}.cpus")
+    egress = op.egress
+    _require(isinstance(egress, Egress), f"{where}.egress")
+    _require(egress.mode in EGRESS_MODES, f"{where}.egress.mode {egress.mode!r}")
+    hosts = egress.allowed_hosts
+    _require(not isinstance(hosts, str | bytes), f"{where}.egress.allowed_hosts (a string, not a tuple)")
+    _require(len(hosts) <= MAX_EGRESS_HOSTS, f"{where}.egress.allowed_hosts (more than {MAX_EGRESS_HOSTS})")
+    for host in hosts:
+        _require(
+            isinstance(host, str) and 0 < len(host) <= MAX_EGRESS_HOST_CHARS,
+            f"{where}.egress.allowed_hosts entry {host!r:.40}",
+        )
 
 
 def _code_to_pb(code: ErrorCode) -> pb.ErrorCode.ValueType:
@@ -347,6 +430,17 @@ def _code_from_pb(number: int) -> ErrorCode:
         return _PB_TO_CODE[number]
     except KeyError:
         _malformed(f"unknown error code {number}")
+
+
+def _mode_to_pb(mode: str) -> pb.EgressMode.ValueType:
+    return pb.EgressMode.ValueType(_MODE_TO_PB[mode])  # a KeyError: _validate lets no bad mode by
+
+
+def _mode_from_pb(number: int) -> str:
+    try:
+        return _PB_TO_MODE[number]
+    except KeyError:
+        _malformed(f"unknown egress mode {number}")
 
 
 def _parse(msg: pb.Frame | pb.Outcome, data: bytes, what: str) -> None:

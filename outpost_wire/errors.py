@@ -47,6 +47,7 @@ class ErrorCode(enum.Enum):
     UNAUTHENTICATED = "unauthenticated"
     UNAVAILABLE = "unavailable"  # no edge is connected / the link is down
     INTERNAL = "internal"
+    MCP_CONNECTION_FAILED = "mcp_connection_failed"  # the MCP server of an McpCall cannot be reached
 
 
 class OutpostError(Exception):

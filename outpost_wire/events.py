@@ -8,7 +8,7 @@ connection (the session is CLOSED when they are emitted): :class:`PeerDead`,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from outpost_wire.errors import ErrorCode
@@ -16,6 +16,7 @@ from outpost_wire.frames import Hello, Outcome, Request, Welcome
 
 __all__ = [
     "CancelReceived",
+    "CatalogReceived",
     "DrainReceived",
     "Event",
     "HelloReceived",
@@ -61,6 +62,14 @@ class DrainReceived:
 
 
 @dataclass(frozen=True, slots=True)
+class CatalogReceived:
+    """CONTROL: the edge sent a CatalogUpdate; its MCP catalog is now ``catalog_json``."""
+
+    digest: str
+    catalog_json: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class PeerDead:
     """Nothing arrived for ``heartbeat_timeout_s``; the session is CLOSED."""
 
@@ -88,6 +97,7 @@ Event: TypeAlias = (
     | ResultReceived
     | CancelReceived
     | DrainReceived
+    | CatalogReceived
     | PeerDead
     | ProtocolError
     | PeerError

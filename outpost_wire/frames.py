@@ -5,25 +5,28 @@ Everything above the codec sees these types; the generated protobuf classes neve
 
     edge  ── Hello ──────────────►  control       first frame of every connection
     edge  ◄────────────── Welcome ── control       the connection is open
-    edge  ◄────────────── Request ── control       Provision | Execute | Destroy
+    edge  ◄────────────── Request ── control       Provision | Execute | Destroy | McpCall
     edge  ── ResultChunk ... ─────►  control       a serialized Outcome, split to fit frames
     edge  ◄────────────────── Ack ── control       the edge may forget that result
     edge  ◄─────────────── Cancel ── control
+    edge  ── CatalogUpdate ───────►  control       the edge's MCP catalog changed (open/draining)
     edge  ◄── Heartbeat / Drain / ErrorFrame ──►   both directions
 
 A request resolves to an :data:`Outcome`: a :class:`~outpost_wire.results.ToolResult` for
-``Execute``, :class:`Provisioned` / :class:`Destroyed` for the sandbox operations, or a
+``Execute`` and ``McpCall``, :class:`Provisioned` / :class:`Destroyed` for the sandbox operations, or a
 :class:`Failure` (a closed :class:`~outpost_wire.errors.ErrorCode` plus a message) when the edge
 could not carry the request out at all. A tool that ran and failed is a ``ToolResult`` with
 ``is_error=True``, not a ``Failure``.
 
 Integers are unsigned on the wire unless noted; the codec refuses to encode a negative one.
+MCP catalogs (``Hello.mcp_catalog_json``, ``CatalogUpdate.catalog_json``) are JSON text that the
+wire package carries without parsing; only the frame size limit applies to them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 from outpost_wire.errors import ErrorCode
 from outpost_wire.results import ToolResult
@@ -32,15 +35,18 @@ __all__ = [
     "PROTOCOL_VERSION",
     "Ack",
     "Cancel",
+    "CatalogUpdate",
     "Destroy",
     "Destroyed",
     "Drain",
+    "Egress",
     "ErrorFrame",
     "Execute",
     "Failure",
     "Frame",
     "Heartbeat",
     "Hello",
+    "McpCall",
     "Operation",
     "Outcome",
     "Provision",
@@ -69,6 +75,11 @@ class Hello:
     sandbox_capacity: int
     sandboxes_in_use: int
     environment_id: str = ""
+    mcp_catalog_digest: str = ""
+    """Identifies ``mcp_catalog_json`` (e.g. a hash of it); "" = no catalog announced."""
+    mcp_catalog_json: str = field(default="", repr=False)
+    """The edge's MCP catalog at connect time, as JSON text (opaque here); later changes travel
+    in :class:`CatalogUpdate`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +107,27 @@ class Heartbeat:
 # --- requests ------------------------------------------------------------------------------------
 
 
+EGRESS_MODES: Final[tuple[str, ...]] = ("none", "allowlist", "unrestricted")
+"""The values :attr:`Egress.mode` may take; the codec rejects anything else, both ways."""
+MAX_EGRESS_HOSTS: Final = 256
+MAX_EGRESS_HOST_CHARS: Final = 253
+
+
+@dataclass(frozen=True, slots=True)
+class Egress:
+    """Network egress of a sandbox.
+
+    ``mode`` is one of :data:`EGRESS_MODES`: ``"none"`` (no network access, the default and what a
+    sender without this field means), ``"allowlist"`` (only ``allowed_hosts``) or
+    ``"unrestricted"``. Each host is a non-empty string of at most 253 characters, at most 256 of
+    them; their syntax and meaning are the edge's business. The edge's local policy may narrow
+    what is asked for.
+    """
+
+    mode: str = "none"
+    allowed_hosts: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Provision:
     """Create the session's sandbox if it does not exist. 0 / "" = the edge's default."""
@@ -104,15 +136,22 @@ class Provision:
     cpus: float = 0.0
     memory_bytes: int = 0
     pids: int = 0
+    egress: Egress = Egress()
 
 
 @dataclass(frozen=True, slots=True)
 class Execute:
-    """Run one tool call in the session's sandbox (provisioning it first if needed)."""
+    """Run one tool call in the session's sandbox (provisioning it first if needed).
+
+    ``sandbox`` is the sandbox to create if the session has none yet (image, limits, egress), so a
+    lazily provisioned sandbox matches what a ``Provision`` would have asked for; ``None`` = the
+    edge's defaults. It does not change a sandbox that already exists.
+    """
 
     tool: str
     input_json: str
     timeout_ms: int = 0
+    sandbox: Provision | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +159,23 @@ class Destroy:
     """Remove the session's sandbox."""
 
 
-Operation: TypeAlias = Provision | Execute | Destroy
+@dataclass(frozen=True, slots=True)
+class McpCall:
+    """Call ``tool`` of the MCP server ``server`` that the edge connects to (both non-empty).
+
+    ``arguments_json`` is the tool's arguments as JSON text (not checked by the codec);
+    ``timeout_ms`` 0 = the edge's default. Resolves to a :class:`~outpost_wire.results.ToolResult`
+    (``is_error=True`` for an error the tool reported) or a :class:`Failure` (e.g.
+    ``MCP_CONNECTION_FAILED`` when the server cannot be reached).
+    """
+
+    server: str
+    tool: str
+    arguments_json: str
+    timeout_ms: int = 0
+
+
+Operation: TypeAlias = Provision | Execute | Destroy | McpCall
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,4 +259,17 @@ class ErrorFrame:
     message: str
 
 
-Frame: TypeAlias = Hello | Welcome | Heartbeat | Request | ResultChunk | Cancel | Ack | Drain | ErrorFrame
+@dataclass(frozen=True, slots=True)
+class CatalogUpdate:
+    """edge -> control, any time while OPEN or DRAINING: the edge's MCP catalog changed.
+
+    Same meaning as ``Hello.mcp_catalog_digest`` / ``Hello.mcp_catalog_json``, which it replaces.
+    """
+
+    digest: str
+    catalog_json: str = field(repr=False)
+
+
+Frame: TypeAlias = (
+    Hello | Welcome | Heartbeat | Request | ResultChunk | Cancel | Ack | Drain | ErrorFrame | CatalogUpdate
+)

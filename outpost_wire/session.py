@@ -25,6 +25,10 @@ The handshake: the EDGE sends Hello; the CONTROL side emits HelloReceived, and i
 Hello, Welcome and ErrorFrame may arrive. Which frame each role may receive in which state is the
 table ``_RECEIVABLE``.
 
+MCP catalog: the EDGE announces its catalog in Hello (``mcp_catalog_digest`` / ``mcp_catalog_json``)
+and, whenever it changes while OPEN or DRAINING, with ``send_catalog``; the CONTROL side emits
+CatalogReceived for each CatalogUpdate. The session only carries the JSON text, it never parses it.
+
 Bad input never raises out of :meth:`TunnelSession.receive_data`: an oversized or malformed frame
 or a protocol violation queues an ErrorFrame for the peer, emits :class:`ProtocolError` and moves
 to CLOSED; the transport flushes ``data_to_send()`` and ends the stream.
@@ -59,6 +63,7 @@ from outpost_wire.codec import decode_frame, decode_outcome, encode_frame, encod
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, WireError
 from outpost_wire.events import (
     CancelReceived,
+    CatalogReceived,
     DrainReceived,
     Event,
     HelloReceived,
@@ -73,6 +78,7 @@ from outpost_wire.frames import (
     PROTOCOL_VERSION,
     Ack,
     Cancel,
+    CatalogUpdate,
     Drain,
     ErrorFrame,
     Frame,
@@ -86,6 +92,7 @@ from outpost_wire.frames import (
 
 __all__ = [
     "CancelReceived",
+    "CatalogReceived",
     "ConnState",
     "DrainReceived",
     "Event",
@@ -171,6 +178,7 @@ _RECEIVABLE: Final[Mapping[Role, Mapping[type[Frame], frozenset[ConnState]]]] = 
         Hello: frozenset({_S.HANDSHAKING}),
         Heartbeat: _LIVE,
         ResultChunk: _LIVE,
+        CatalogUpdate: _LIVE,
         Drain: _LIVE,
         ErrorFrame: _CONNECTED,
     },
@@ -362,6 +370,14 @@ class TunnelSession:
         self._queue(Drain(reason, grace_ms))
         self._transition(_Input.DRAIN)
 
+    def send_catalog(self, digest: str, catalog_json: str) -> None:
+        """EDGE, while OPEN or DRAINING: announce that the MCP catalog is now ``catalog_json``.
+
+        Raises :class:`FrameTooLarge` if the CatalogUpdate frame exceeds ``max_frame_bytes``.
+        """
+        self._require(Role.EDGE, _LIVE, "send CatalogUpdate")
+        self._queue(CatalogUpdate(digest, catalog_json))
+
     def send_result(self, request_id: str, outcome: Outcome) -> None:
         """EDGE: deliver ``outcome`` now if the link is up, and keep it until the peer acks it.
 
@@ -451,6 +467,8 @@ class TunnelSession:
                 self._receive_chunk(frame)
             case Cancel():
                 self._events.append(CancelReceived(frame.request_id))
+            case CatalogUpdate():
+                self._events.append(CatalogReceived(frame.digest, frame.catalog_json))
             case Ack():
                 self._outbox.pop(frame.request_id, None)  # unknown ids: a duplicate ack, harmless
             case Drain():

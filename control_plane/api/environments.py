@@ -24,6 +24,7 @@ from control_plane.api.models import (
 from control_plane.api.query import check_limit
 from control_plane.api.wire import page_body, timestamp
 from control_plane.errors import InvalidRequest, NotFound
+from control_plane.sessions.networking import validate_networking
 from control_plane.store.base import Resource, Store
 
 __all__ = ["environment_json", "environments_router", "get_environment", "new_environment_id"]
@@ -66,10 +67,11 @@ async def get_environment(store: Store, environment_id: str, *, usable: bool = F
     return res
 
 
-def _config(config: dict[str, Any] | None) -> dict[str, str]:
-    """Only ``{"type": "self_hosted"}`` is served; omitted or null means that."""
+def _config(config: dict[str, Any] | None) -> dict[str, Any]:
+    """Only ``self_hosted`` is served (omitted or null means that), with optional sandbox
+    ``networking`` (see :mod:`control_plane.sessions.networking`)."""
     if config is None:
-        return dict(SELF_HOSTED)
+        return {**SELF_HOSTED, "networking": {"type": "none"}}
     kind = config.get("type")
     if kind == "cloud":
         raise InvalidRequest(
@@ -79,12 +81,12 @@ def _config(config: dict[str, Any] | None) -> dict[str, str]:
         )
     if kind != "self_hosted":
         raise InvalidRequest(f"config.type must be 'self_hosted', not {kind!r}", param="config.type")
-    extra = sorted(set(config) - {"type"})
+    extra = sorted(set(config) - {"type", "networking"})
     if extra:
         raise InvalidRequest(
             f"config: {', '.join(extra)} not allowed for a self_hosted environment", param="config"
         )
-    return dict(SELF_HOSTED)
+    return {**SELF_HOSTED, "networking": validate_networking(config.get("networking"))}
 
 
 def environments_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:

@@ -7,13 +7,15 @@ runs :meth:`EdgeConnection.writer` to push frames out; everything else is the sa
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 from control_plane.store.base import EdgeRecord
 from outpost_wire.errors import ErrorCode
+from outpost_wire.events import CatalogReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Hello, Outcome, Request, Welcome
 from outpost_wire.session import (
     ConnState,
@@ -59,6 +61,8 @@ class EdgeConnection:
         self.peer = peer
         self.hello: Hello | None = None
         self.draining = False  # the edge announced it is shutting down
+        self.mcp_catalog: dict[str, Any] = {}  # the edge's MCP catalog (servers and their tools)
+        self.mcp_catalog_digest = ""
         self.close_code: ErrorCode | None = None
         self.close_reason = ""
         self._listener = listener
@@ -107,6 +111,8 @@ class EdgeConnection:
                 self._on_hello(event.hello)
             elif isinstance(event, ResultReceived):
                 self._listener.on_result(self, event.request_id, event.outcome)
+            elif isinstance(event, CatalogReceived):
+                self._set_catalog(event.digest, event.catalog_json)
             elif isinstance(event, DrainReceived):
                 log.info("edge %s is draining: %s", self.edge_id, event.reason)
                 self.draining = True
@@ -132,6 +138,7 @@ class EdgeConnection:
             self.close(ErrorCode.UNAUTHENTICATED, "hello edge_id does not match the client certificate")
             return
         self.hello = hello
+        self._set_catalog(hello.mcp_catalog_digest, hello.mcp_catalog_json)
         self._session.send_welcome(
             Welcome(
                 control_plane_id=self._control_plane_id,
@@ -150,6 +157,26 @@ class EdgeConnection:
             hello.policy_digest,
         )
         self._listener.on_ready(self)
+
+    def _set_catalog(self, digest: str, catalog_json: str) -> None:
+        if not catalog_json:
+            self.mcp_catalog, self.mcp_catalog_digest = {}, digest
+            return
+        try:
+            catalog = json.loads(catalog_json)
+        except json.JSONDecodeError:
+            log.warning("edge %s sent an MCP catalog that is not JSON; ignored", self.edge_id)
+            return
+        if not isinstance(catalog, dict):
+            log.warning("edge %s sent an MCP catalog that is not an object; ignored", self.edge_id)
+            return
+        self.mcp_catalog, self.mcp_catalog_digest = catalog, digest
+        log.info(
+            "edge %s: MCP catalog %s (%d server(s))",
+            self.edge_id,
+            digest[:19],
+            len(catalog.get("servers", [])),
+        )
 
     # -- output -------------------------------------------------------------------------------
     def send_request(self, request: Request) -> None:

@@ -19,7 +19,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,17 @@ from control_plane.errors import EdgeUnavailable, InvalidRequest
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, RemoteError
-from outpost_wire.frames import Destroy, Destroyed, Execute, Failure, Outcome, Provision, Provisioned, Request
+from outpost_wire.frames import (
+    Destroy,
+    Destroyed,
+    Execute,
+    Failure,
+    McpCall,
+    Outcome,
+    Provision,
+    Provisioned,
+    Request,
+)
 from outpost_wire.results import ToolResult
 
 __all__ = ["EdgeGateway", "GatewayConfig"]
@@ -50,12 +60,20 @@ class EdgeGateway:
         registry: EdgeRegistry,
         config: GatewayConfig | None = None,
         *,
+        sandbox_spec: Callable[[str], Awaitable[Provision]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        """``sandbox_spec(environment_id)``: the sandbox an environment asks for (image, limits,
+        egress); sent with provisions and with every execute, so that a sandbox made lazily by
+        the edge is made as the environment says. Default: the edge's defaults, no network."""
         self._registry = registry
+        self._sandbox_spec = sandbox_spec
         self._config = config or GatewayConfig()
         self._clock = clock
         self._sticky: dict[str, str] = {}  # session id -> edge id
+
+    async def _spec(self, environment_id: str) -> Provision:
+        return await self._sandbox_spec(environment_id) if self._sandbox_spec else Provision()
 
     def edge_for_session(self, session_id: str) -> str | None:
         return self._sticky.get(session_id)
@@ -63,9 +81,8 @@ class EdgeGateway:
     async def provision(
         self, session_id: str, environment_id: str, resources: Provision | None = None
     ) -> Provisioned:
-        outcome = await self._call(
-            session_id, environment_id, resources or Provision(), "", self._config.control_timeout_s
-        )
+        spec = resources or await self._spec(environment_id)
+        outcome = await self._call(session_id, environment_id, spec, "", self._config.control_timeout_s)
         if isinstance(outcome, Provisioned):
             return outcome
         raise _unexpected(outcome)
@@ -85,13 +102,63 @@ class EdgeGateway:
             tool_timeout = tool_input["timeout_ms"] / 1000
         if tool_timeout is None:
             tool_timeout = self._config.default_tool_timeout_s
-        op = Execute(tool=tool, input_json=json.dumps(dict(tool_input)), timeout_ms=int(tool_timeout * 1000))
+        op = Execute(
+            tool=tool,
+            input_json=json.dumps(dict(tool_input)),
+            timeout_ms=int(tool_timeout * 1000),
+            sandbox=await self._spec(environment_id),
+        )
         outcome = await self._call(
             session_id, environment_id, op, idempotency_key, tool_timeout + self._config.slack_s
         )
         if isinstance(outcome, ToolResult):
             return outcome
         raise _unexpected(outcome)
+
+    async def mcp_call(
+        self,
+        session_id: str,
+        environment_id: str,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> ToolResult:
+        """Call a tool of a private MCP server fronted by an edge of the environment (the session's
+        edge when it has one that serves ``server``). Refusals and a down server come back as
+        :class:`RemoteError` (``POLICY_DENIED``, ``MCP_CONNECTION_FAILED``)."""
+        timeout = timeout_s or self._config.default_tool_timeout_s
+        op = McpCall(
+            server=server,
+            tool=tool,
+            arguments_json=json.dumps(dict(arguments)),
+            timeout_ms=int(timeout * 1000),
+        )
+        conn = await self._pick_edge(session_id, environment_id, mcp_server=server)
+        outcome = await self._call_edge(
+            conn.edge_id, session_id, op, idempotency_key, timeout + self._config.slack_s
+        )
+        if isinstance(outcome, ToolResult):
+            return outcome
+        raise _unexpected(outcome)
+
+    def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]:
+        """The MCP servers the environment's connected edges front, by name: ``{name: {status,
+        tools: [{name, description, input_schema}], edges: [edge ids]}}``. A server is "up" if it
+        is up on any edge."""
+        merged: dict[str, dict[str, Any]] = {}
+        for conn in sorted(self._registry.for_environment(environment_id), key=lambda c: c.edge_id):
+            for server in conn.mcp_catalog.get("servers", []):
+                if not isinstance(server, dict) or not isinstance(server.get("name"), str):
+                    continue
+                entry = merged.setdefault(server["name"], {"status": "down", "tools": [], "edges": []})
+                entry["edges"].append(conn.edge_id)
+                if server.get("status") == "up" and entry["status"] != "up":
+                    entry["status"] = "up"
+                    entry["tools"] = list(server.get("tools", []))
+        return merged
 
     async def destroy(self, session_id: str, environment_id: str) -> bool:
         """Destroy the session's sandbox and workspace. Without a known edge for the session (the
@@ -122,7 +189,11 @@ class EdgeGateway:
         conn = await self._pick_edge(session_id, environment_id)
         return await self._call_edge(conn.edge_id, session_id, op, key, timeout_s)
 
-    async def _pick_edge(self, session_id: str, environment_id: str) -> EdgeConnection:
+    async def _pick_edge(
+        self, session_id: str, environment_id: str, *, mcp_server: str | None = None
+    ) -> EdgeConnection:
+        if mcp_server is not None:
+            return await self._pick_mcp_edge(session_id, environment_id, mcp_server)
         edge_id = self._sticky.get(session_id)
         if edge_id is not None:
             conn = self._registry.get(edge_id) or await self._registry.wait_for(
@@ -144,8 +215,40 @@ class EdgeGateway:
         self._sticky[session_id] = conn.edge_id
         return conn
 
+    async def _pick_mcp_edge(self, session_id: str, environment_id: str, server: str) -> EdgeConnection:
+        """The session's edge if it fronts ``server``, else any edge of the environment that does
+        (an MCP server is not tied to a sandbox, so this does not move the session)."""
+
+        def serves(conn: EdgeConnection) -> bool:
+            return any(
+                isinstance(s, dict) and s.get("name") == server for s in conn.mcp_catalog.get("servers", [])
+            )
+
+        sticky = self._sticky.get(session_id)
+        conn = self._registry.get(sticky) if sticky else None
+        if conn is not None and serves(conn) and not conn.draining:
+            return conn
+        candidates = [
+            c for c in self._registry.for_environment(environment_id) if serves(c) and not c.draining
+        ]
+        if not candidates:
+            await self._registry.wait_for_environment(environment_id, self._config.edge_wait_s)
+            candidates = [
+                c for c in self._registry.for_environment(environment_id) if serves(c) and not c.draining
+            ]
+        if not candidates:
+            raise EdgeUnavailable(
+                f"no connected edge of environment {environment_id!r} fronts MCP server {server!r}"
+            )
+        return min(candidates, key=lambda c: c.edge_id)
+
     async def _call_edge(
-        self, edge_id: str, session_id: str, op: Provision | Execute | Destroy, key: str, timeout_s: float
+        self,
+        edge_id: str,
+        session_id: str,
+        op: Provision | Execute | Destroy | McpCall,
+        key: str,
+        timeout_s: float,
     ) -> Outcome:
         request = Request(
             request_id="req_" + uuid.uuid4().hex,

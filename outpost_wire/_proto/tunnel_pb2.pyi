@@ -49,6 +49,7 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ERROR_CODE_UNAUTHENTICATED: _ErrorCode.ValueType  # 12
     ERROR_CODE_UNAVAILABLE: _ErrorCode.ValueType  # 13
     ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 14
+    ERROR_CODE_MCP_CONNECTION_FAILED: _ErrorCode.ValueType  # 15
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """The closed set of error codes on the wire; mirrors outpost_wire.errors.ErrorCode member by member
@@ -70,7 +71,28 @@ ERROR_CODE_PROTOCOL_VIOLATION: ErrorCode.ValueType  # 11
 ERROR_CODE_UNAUTHENTICATED: ErrorCode.ValueType  # 12
 ERROR_CODE_UNAVAILABLE: ErrorCode.ValueType  # 13
 ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 14
+ERROR_CODE_MCP_CONNECTION_FAILED: ErrorCode.ValueType  # 15
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
+
+class _EgressMode:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _EgressModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_EgressMode.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    EGRESS_MODE_NONE: _EgressMode.ValueType  # 0
+    EGRESS_MODE_ALLOWLIST: _EgressMode.ValueType  # 1
+    EGRESS_MODE_UNRESTRICTED: _EgressMode.ValueType  # 2
+
+class EgressMode(_EgressMode, metaclass=_EgressModeEnumTypeWrapper):
+    """Network egress of a sandbox. Mirrors outpost_wire.frames.EGRESS_MODES (name = "EGRESS_MODE_" +
+    the mode, upper-cased); the codec refuses to import if the two drift apart.
+    """
+
+EGRESS_MODE_NONE: EgressMode.ValueType  # 0
+EGRESS_MODE_ALLOWLIST: EgressMode.ValueType  # 1
+EGRESS_MODE_UNRESTRICTED: EgressMode.ValueType  # 2
+Global___EgressMode: _TypeAlias = EgressMode  # noqa: Y015
 
 @_typing.final
 class Frame(_message.Message):
@@ -85,6 +107,7 @@ class Frame(_message.Message):
     ACK_FIELD_NUMBER: _builtins.int
     DRAIN_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
+    CATALOG_UPDATE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def hello(self) -> Global___Hello: ...
     @_builtins.property
@@ -103,6 +126,8 @@ class Frame(_message.Message):
     def drain(self) -> Global___Drain: ...
     @_builtins.property
     def error(self) -> Global___Error: ...
+    @_builtins.property
+    def catalog_update(self) -> Global___CatalogUpdate: ...
     def __init__(
         self,
         *,
@@ -115,12 +140,13 @@ class Frame(_message.Message):
         ack: Global___Ack | None = ...,
         drain: Global___Drain | None = ...,
         error: Global___Error | None = ...,
+        catalog_update: Global___CatalogUpdate | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "cancel", b"cancel", "drain", b"drain", "error", b"error", "heartbeat", b"heartbeat", "hello", b"hello", "request", b"request", "result_chunk", b"result_chunk", "welcome", b"welcome"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "cancel", b"cancel", "catalog_update", b"catalog_update", "drain", b"drain", "error", b"error", "heartbeat", b"heartbeat", "hello", b"hello", "request", b"request", "result_chunk", b"result_chunk", "welcome", b"welcome"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "cancel", b"cancel", "drain", b"drain", "error", b"error", "heartbeat", b"heartbeat", "hello", b"hello", "request", b"request", "result_chunk", b"result_chunk", "welcome", b"welcome"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack", b"ack", "body", b"body", "cancel", b"cancel", "catalog_update", b"catalog_update", "drain", b"drain", "error", b"error", "heartbeat", b"heartbeat", "hello", b"hello", "request", b"request", "result_chunk", b"result_chunk", "welcome", b"welcome"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["hello", "welcome", "heartbeat", "request", "result_chunk", "cancel", "ack", "drain", "error"]  # noqa: Y015
+    _WhichOneofReturnType_body: _TypeAlias = _typing.Literal["hello", "welcome", "heartbeat", "request", "result_chunk", "cancel", "ack", "drain", "error", "catalog_update"]  # noqa: Y015
     _WhichOneofArgType_body: _TypeAlias = _typing.Literal["body", b"body"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
@@ -140,6 +166,8 @@ class Hello(_message.Message):
     SANDBOX_CAPACITY_FIELD_NUMBER: _builtins.int
     SANDBOXES_IN_USE_FIELD_NUMBER: _builtins.int
     ENVIRONMENT_ID_FIELD_NUMBER: _builtins.int
+    MCP_CATALOG_DIGEST_FIELD_NUMBER: _builtins.int
+    MCP_CATALOG_JSON_FIELD_NUMBER: _builtins.int
     edge_id: _builtins.str
     software_version: _builtins.str
     protocol_version: _builtins.int
@@ -147,6 +175,9 @@ class Hello(_message.Message):
     sandbox_capacity: _builtins.int
     sandboxes_in_use: _builtins.int
     environment_id: _builtins.str
+    mcp_catalog_digest: _builtins.str
+    """The edge's MCP catalog: JSON text, opaque to the wire package; "" = none announced."""
+    mcp_catalog_json: _builtins.str
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -160,10 +191,12 @@ class Hello(_message.Message):
         sandbox_capacity: _builtins.int = ...,
         sandboxes_in_use: _builtins.int = ...,
         environment_id: _builtins.str = ...,
+        mcp_catalog_digest: _builtins.str = ...,
+        mcp_catalog_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "edge_id", b"edge_id", "environment_id", b"environment_id", "policy_digest", b"policy_digest", "protocol_version", b"protocol_version", "sandbox_capacity", b"sandbox_capacity", "sandboxes_in_use", b"sandboxes_in_use", "software_version", b"software_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "edge_id", b"edge_id", "environment_id", b"environment_id", "mcp_catalog_digest", b"mcp_catalog_digest", "mcp_catalog_json", b"mcp_catalog_json", "policy_digest", b"policy_digest", "protocol_version", b"protocol_version", "sandbox_capacity", b"sandbox_capacity", "sandboxes_in_use", b"sandboxes_in_use", "software_version", b"software_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -240,6 +273,7 @@ class Request(_message.Message):
     PROVISION_FIELD_NUMBER: _builtins.int
     EXECUTE_FIELD_NUMBER: _builtins.int
     DESTROY_FIELD_NUMBER: _builtins.int
+    MCP_CALL_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     session_id: _builtins.str
     idempotency_key: _builtins.str
@@ -251,6 +285,8 @@ class Request(_message.Message):
     def execute(self) -> Global___Execute: ...
     @_builtins.property
     def destroy(self) -> Global___Destroy: ...
+    @_builtins.property
+    def mcp_call(self) -> Global___McpCall: ...
     def __init__(
         self,
         *,
@@ -261,12 +297,13 @@ class Request(_message.Message):
         provision: Global___Provision | None = ...,
         execute: Global___Execute | None = ...,
         destroy: Global___Destroy | None = ...,
+        mcp_call: Global___McpCall | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["destroy", b"destroy", "execute", b"execute", "op", b"op", "provision", b"provision"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["destroy", b"destroy", "execute", b"execute", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "destroy", b"destroy", "execute", b"execute", "idempotency_key", b"idempotency_key", "op", b"op", "provision", b"provision", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "destroy", b"destroy", "execute", b"execute", "idempotency_key", b"idempotency_key", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["provision", "execute", "destroy"]  # noqa: Y015
+    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["provision", "execute", "destroy", "mcp_call"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_op) -> _WhichOneofReturnType_op | None: ...
 
@@ -274,7 +311,7 @@ Global___Request: _TypeAlias = Request  # noqa: Y015
 
 @_typing.final
 class Provision(_message.Message):
-    """Zero / empty = the edge's default."""
+    """Zero / empty = the edge's default (an absent egress = EGRESS_MODE_NONE, no network access)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -282,10 +319,13 @@ class Provision(_message.Message):
     CPUS_FIELD_NUMBER: _builtins.int
     MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     PIDS_FIELD_NUMBER: _builtins.int
+    EGRESS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     cpus: _builtins.float
     memory_bytes: _builtins.int
     pids: _builtins.int
+    @_builtins.property
+    def egress(self) -> Global___Egress: ...
     def __init__(
         self,
         *,
@@ -293,14 +333,38 @@ class Provision(_message.Message):
         cpus: _builtins.float = ...,
         memory_bytes: _builtins.int = ...,
         pids: _builtins.int = ...,
+        egress: Global___Egress | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["egress", b"egress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "image", b"image", "memory_bytes", b"memory_bytes", "pids", b"pids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "pids", b"pids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Provision: _TypeAlias = Provision  # noqa: Y015
+
+@_typing.final
+class Egress(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    ALLOWED_HOSTS_FIELD_NUMBER: _builtins.int
+    mode: Global___EgressMode.ValueType
+    @_builtins.property
+    def allowed_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        mode: Global___EgressMode.ValueType = ...,
+        allowed_hosts: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allowed_hosts", b"allowed_hosts", "mode", b"mode"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Egress: _TypeAlias = Egress  # noqa: Y015
 
 @_typing.final
 class Execute(_message.Message):
@@ -309,23 +373,59 @@ class Execute(_message.Message):
     TOOL_FIELD_NUMBER: _builtins.int
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    SANDBOX_FIELD_NUMBER: _builtins.int
     tool: _builtins.str
     input_json: _builtins.str
     timeout_ms: _builtins.int
+    @_builtins.property
+    def sandbox(self) -> Global___Provision:
+        """the sandbox to create if the session has none yet; absent = defaults"""
+
     def __init__(
         self,
         *,
         tool: _builtins.str = ...,
         input_json: _builtins.str = ...,
         timeout_ms: _builtins.int = ...,
+        sandbox: Global___Provision | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["sandbox", b"sandbox"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "timeout_ms", b"timeout_ms", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "sandbox", b"sandbox", "timeout_ms", b"timeout_ms", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Execute: _TypeAlias = Execute  # noqa: Y015
+
+@_typing.final
+class McpCall(_message.Message):
+    """Call a tool of an MCP server the edge connects to. Resolves to a ToolResult or a Failure."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SERVER_FIELD_NUMBER: _builtins.int
+    TOOL_FIELD_NUMBER: _builtins.int
+    ARGUMENTS_JSON_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    server: _builtins.str
+    tool: _builtins.str
+    arguments_json: _builtins.str
+    timeout_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        server: _builtins.str = ...,
+        tool: _builtins.str = ...,
+        arguments_json: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arguments_json", b"arguments_json", "server", b"server", "timeout_ms", b"timeout_ms", "tool", b"tool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___McpCall: _TypeAlias = McpCall  # noqa: Y015
 
 @_typing.final
 class Destroy(_message.Message):
@@ -463,6 +563,32 @@ class Error(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Error: _TypeAlias = Error  # noqa: Y015
+
+@_typing.final
+class CatalogUpdate(_message.Message):
+    """edge -> control, any time while open or draining: the edge's MCP catalog changed (JSON text,
+    opaque to the wire package). The catalog at connect time travels in Hello.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    DIGEST_FIELD_NUMBER: _builtins.int
+    CATALOG_JSON_FIELD_NUMBER: _builtins.int
+    digest: _builtins.str
+    catalog_json: _builtins.str
+    def __init__(
+        self,
+        *,
+        digest: _builtins.str = ...,
+        catalog_json: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["catalog_json", b"catalog_json", "digest", b"digest"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CatalogUpdate: _TypeAlias = CatalogUpdate  # noqa: Y015
 
 @_typing.final
 class Outcome(_message.Message):

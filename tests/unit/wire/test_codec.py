@@ -9,10 +9,12 @@ import pytest
 from outpost_wire import (
     Ack,
     Cancel,
+    CatalogUpdate,
     Destroy,
     Destroyed,
     DocumentBlock,
     Drain,
+    Egress,
     ErrorCode,
     ErrorFrame,
     Execute,
@@ -23,6 +25,7 @@ from outpost_wire import (
     Hello,
     ImageBlock,
     MalformedFrame,
+    McpCall,
     Outcome,
     Provision,
     Provisioned,
@@ -42,11 +45,17 @@ from outpost_wire.codec import max_chunk_payload
 LIMIT = 4 * 1024 * 1024
 U32 = 2**32 - 1
 U64 = 2**64 - 1
+CATALOG = '{"servers": [{"name": "github", "tools": [{"name": "search", "input_schema": {}}]}]}'
+MAX_HOSTS = tuple(f"{i:03d}" + "h" * 250 for i in range(256))  # 256 hosts of 253 characters
+ALLOWLIST = Egress("allowlist", ("pypi.org", "files.pythonhosted.org", "*.github.com"))
 
 FRAMES: list[Frame] = [
     Hello("edge-1", "0.1.0", 1, ("docker", "mcp"), "sha256:ab", 8, 3, "env-1"),
     Hello("édge-✓", "", 1, (), "", 0, 0),
     Hello("e", "v", U32, tuple(f"cap{i}" for i in range(50)), "d", U32, U32, "x"),
+    Hello("edge-1", "0.1.0", 1, ("mcp",), "", 1, 0, "env-1", "sha256:cat", CATALOG),
+    Hello("e", "v", 1, (), "", 0, 0, mcp_catalog_digest="d"),
+    Hello("e", "v", 1, (), "", 0, 0, mcp_catalog_json="[]"),
     Welcome("cp-1", "0.1.0", 1, 10.0),
     Welcome("", "", 2, 0.25),
     Heartbeat(0, 0),
@@ -55,15 +64,29 @@ FRAMES: list[Frame] = [
     Request("r1", "s1", "toolu_1", 0, Provision()),
     Request("r2", "s1", "k", 1_700_000_000_000, Provision("python:3.12", 1.5, 2**31, 256)),
     Request("r3", "s1", "k", -1, Provision(memory_bytes=U64, pids=U32)),
+    Request("r3a", "s1", "k", 0, Provision("python:3.12", egress=ALLOWLIST)),
+    Request("r3b", "s1", "k", 0, Provision(egress=Egress("unrestricted"))),
+    Request("r3c", "s1", "k", 0, Provision(egress=Egress("allowlist"))),  # allowlist of nothing
+    Request("r3d", "s1", "k", 0, Provision(egress=Egress("none", ("ignored.example",)))),
+    Request("r3e", "s1", "k", 0, Provision(egress=Egress("allowlist", MAX_HOSTS))),
+    Request("r3f", "s1", "k", 0, Provision(egress=Egress("allowlist", ("a", "é✓.example")))),
     Request("r4", "s2", "toolu_2", 2**63 - 1, Execute("bash", '{"command": "ls"}', 30_000)),
     Request("r5", "s2", "", 0, Execute("", "")),
+    Request("r5a", "s2", "k", 0, Execute("bash", "{}", sandbox=Provision())),
+    Request("r5b", "s2", "k", 0, Execute("bash", "{}", 5, Provision("node:22", 0.5, 2**30, 64, ALLOWLIST))),
     Request("r6", "s3", "k", 0, Destroy()),
+    Request("r7", "s4", "toolu_3", 0, McpCall("github", "search", '{"q": "outpost"}', 10_000)),
+    Request("r8", "s4", "", -1, McpCall("s", "t", "", U64)),
+    Request("r9", "s4", "k", 0, McpCall("sérvér", "tööl", "{}")),
     ResultChunk("r1", 0, True, b""),
     ResultChunk("r1", U32, False, bytes(range(256)) * 10),
     Cancel("r1"),
     Ack("r1"),
     Drain("sigterm", 30_000),
     Drain("", 0),
+    CatalogUpdate("sha256:cat", CATALOG),
+    CatalogUpdate("", ""),
+    CatalogUpdate("d✓", '{"x": "' + "y" * 100_000 + '"}'),
     *(ErrorFrame(code, f"message for {code.name} ✓") for code in ErrorCode),
 ]
 
@@ -99,7 +122,7 @@ def test_every_frame_type_is_covered() -> None:
     assert {type(f) for f in FRAMES} == set(Frame.__args__)  # type: ignore[attr-defined]
     assert {type(o) for o in OUTCOMES} == set(Outcome.__args__)  # type: ignore[attr-defined]
     ops = {type(f.op) for f in FRAMES if isinstance(f, Request)}
-    assert ops == {Provision, Execute, Destroy}
+    assert ops == {Provision, Execute, Destroy, McpCall}
 
 
 @pytest.mark.parametrize("code", list(ErrorCode), ids=lambda c: c.name)
@@ -114,6 +137,95 @@ def test_error_code_mapping_is_a_bijection() -> None:
     assert pb.ErrorCode.Value("ERROR_CODE_UNSPECIFIED") == 0
     numbers = [pb.ErrorCode.Value(f"ERROR_CODE_{code.name}") for code in ErrorCode]
     assert len(set(numbers)) == len(numbers)
+
+
+def test_mcp_connection_failed_code() -> None:
+    code = ErrorCode.MCP_CONNECTION_FAILED
+    assert code.value == "mcp_connection_failed"
+    assert (
+        pb.ErrorCode.Name(pb.ErrorCode.Value("ERROR_CODE_MCP_CONNECTION_FAILED")) == f"ERROR_CODE_{code.name}"
+    )
+    assert decode_outcome(encode_outcome(Failure(code, "github: refused"))) == Failure(
+        code, "github: refused"
+    )
+
+
+def test_egress_mode_mapping_is_total() -> None:
+    assert set(pb.EgressMode.keys()) == {
+        "EGRESS_MODE_NONE",
+        "EGRESS_MODE_ALLOWLIST",
+        "EGRESS_MODE_UNRESTRICTED",
+    }
+    assert pb.EgressMode.Value("EGRESS_MODE_NONE") == 0  # an absent egress means no network
+
+
+def test_defaults_of_the_new_fields() -> None:
+    assert Provision().egress == Egress() == Egress("none", ())
+    assert Execute("t", "{}").sandbox is None
+    assert McpCall("s", "t", "{}").timeout_ms == 0
+    hello = Hello("e", "v", 1, (), "", 0, 0)
+    assert hello.mcp_catalog_digest == hello.mcp_catalog_json == ""
+
+
+def test_catalog_json_is_kept_out_of_reprs() -> None:
+    assert "servers" not in repr(CatalogUpdate("d", CATALOG))
+    assert "servers" not in repr(
+        Hello("e", "v", 1, (), "", 0, 0, mcp_catalog_digest="d", mcp_catalog_json=CATALOG)
+    )
+    assert "'d'" in repr(CatalogUpdate("d", CATALOG))
+
+
+# --- compatibility with frames from before the MCP / egress additions ------------------------------
+
+# Encoded by the codec as it was before Hello.mcp_catalog_*, Provision.egress, Execute.sandbox and
+# McpCall existed (same PROTOCOL_VERSION): they must decode to the new fields' defaults, and a new
+# frame that uses only those defaults must encode to exactly these bytes.
+OLD_BYTES: dict[str, tuple[str, Frame]] = {
+    "hello": (
+        "0a340a06656467652d311205302e312e3018012206646f636b657222036d63702a097368613235363a61623008"
+        "38034205656e762d31",
+        Hello("edge-1", "0.1.0", 1, ("docker", "mcp"), "sha256:ab", 8, 3, "env-1"),
+    ),
+    "provision": (
+        "22330a027232120273311a016b2080d095ffbc312a1f0a0b707974686f6e3a332e313211000000000000f83f18"
+        "8080808008208002",
+        Request("r2", "s1", "k", 1_700_000_000_000, Provision("python:3.12", 1.5, 2**31, 256)),
+    ),
+    "execute": (
+        "22300a027234120273321a07746f6f6c755f32321d0a046261736812117b22636f6d6d616e64223a20226c7322"
+        "7d18b0ea01",
+        Request("r4", "s2", "toolu_2", 0, Execute("bash", '{"command": "ls"}', 30_000)),
+    ),
+}
+
+
+@pytest.mark.parametrize(("hex_bytes", "frame"), OLD_BYTES.values(), ids=OLD_BYTES.keys())
+def test_old_frames_decode_with_defaults(hex_bytes: str, frame: Frame) -> None:
+    decoded = decode_frame(bytes.fromhex(hex_bytes), LIMIT)
+    assert decoded == frame
+    if isinstance(decoded, Hello):
+        assert decoded.mcp_catalog_digest == decoded.mcp_catalog_json == ""
+    elif isinstance(decoded, Request) and isinstance(decoded.op, Provision):
+        assert decoded.op.egress == Egress("none", ())
+    elif isinstance(decoded, Request) and isinstance(decoded.op, Execute):
+        assert decoded.op.sandbox is None
+    assert encode_frame(frame, LIMIT).hex() == hex_bytes
+
+
+def test_empty_egress_and_sandbox_messages_decode_as_defaults() -> None:
+    provision = _frame_bytes(request=pb.Request(request_id="r", provision=pb.Provision(egress=pb.Egress())))
+    assert decode_frame(provision, LIMIT) == Request("r", "", "", 0, Provision())
+    execute = _frame_bytes(request=pb.Request(request_id="r", execute=pb.Execute(sandbox=pb.Provision())))
+    assert decode_frame(execute, LIMIT) == Request("r", "", "", 0, Execute("", "", sandbox=Provision()))
+
+
+def test_execute_sandbox_presence_survives_the_wire() -> None:
+    with_default = encode_frame(Request("r", "s", "k", 0, Execute("t", "{}", sandbox=Provision())), LIMIT)
+    without = encode_frame(Request("r", "s", "k", 0, Execute("t", "{}")), LIMIT)
+    assert with_default != without
+    decoded = decode_frame(with_default, LIMIT)
+    assert isinstance(decoded, Request) and isinstance(decoded.op, Execute)
+    assert decoded.op.sandbox == Provision()
 
 
 # --- size limits ---------------------------------------------------------------------------------
@@ -155,6 +267,10 @@ def _frame_bytes(**body: object) -> bytes:
     return pb.Frame(**body).SerializeToString()  # type: ignore[arg-type]
 
 
+def _provision_bytes(egress: pb.Egress) -> bytes:
+    return _frame_bytes(request=pb.Request(request_id="r1", provision=pb.Provision(egress=egress)))
+
+
 MALFORMED: dict[str, bytes] = {
     "empty bytes (empty oneof)": b"",
     "unknown field only (frame type from the future)": b"\xa0\x06\x01",
@@ -184,6 +300,27 @@ MALFORMED: dict[str, bytes] = {
     "cancel without request_id": _frame_bytes(cancel=pb.Cancel()),
     "ack without request_id": _frame_bytes(ack=pb.Ack()),
     "unknown error code": _frame_bytes(error=pb.Error(code=99, message="?")),  # type: ignore[arg-type]
+    "unknown egress mode": _provision_bytes(pb.Egress(mode=3)),  # type: ignore[arg-type]
+    "empty egress host": _provision_bytes(pb.Egress(mode=1, allowed_hosts=["a", ""])),  # type: ignore[arg-type]
+    "egress host of 254 characters": _provision_bytes(pb.Egress(mode=1, allowed_hosts=["h" * 254])),  # type: ignore[arg-type]
+    "257 egress hosts": _provision_bytes(pb.Egress(mode=1, allowed_hosts=[f"h{i}" for i in range(257)])),  # type: ignore[arg-type]
+    "execute sandbox with bad egress": _frame_bytes(
+        request=pb.Request(
+            request_id="r1",
+            execute=pb.Execute(tool="t", sandbox=pb.Provision(egress=pb.Egress(mode=7))),  # type: ignore[arg-type]
+        )
+    ),
+    "execute sandbox with NaN cpus": _frame_bytes(
+        request=pb.Request(request_id="r1", execute=pb.Execute(sandbox=pb.Provision(cpus=float("nan"))))
+    ),
+    "mcp call without server": _frame_bytes(
+        request=pb.Request(request_id="r1", mcp_call=pb.McpCall(tool="t", arguments_json="{}"))
+    ),
+    "mcp call without tool": _frame_bytes(
+        request=pb.Request(request_id="r1", mcp_call=pb.McpCall(server="s", arguments_json="{}"))
+    ),
+    "empty mcp call": _frame_bytes(request=pb.Request(request_id="r1", mcp_call=pb.McpCall())),
+    "invalid utf-8 in catalog": b"\x52\x03\x12\x01\xff",
 }
 
 
@@ -238,6 +375,23 @@ def test_malformed_outcomes(data: bytes) -> None:
         ResultChunk("", 0, True, b""),
         Cancel(""),
         Ack(""),
+        # egress, McpCall and Execute.sandbox
+        Request("r", "s", "k", 0, Provision(egress=Egress("bogus"))),
+        Request("r", "s", "k", 0, Provision(egress=Egress(""))),
+        Request("r", "s", "k", 0, Provision(egress=Egress("NONE"))),
+        Request("r", "s", "k", 0, Provision(egress=Egress("allowlist", ("ok", "")))),
+        Request("r", "s", "k", 0, Provision(egress=Egress("allowlist", ("h" * 254,)))),
+        Request("r", "s", "k", 0, Provision(egress=Egress("allowlist", (*MAX_HOSTS, "one.more")))),
+        Request("r", "s", "k", 0, Provision(egress=Egress("allowlist", (b"bytes.example",)))),  # type: ignore[arg-type]
+        Request("r", "s", "k", 0, Provision(egress=None)),  # type: ignore[arg-type]
+        Request("r", "s", "k", 0, Provision(egress=Egress("allowlist", "pypi.org"))),  # type: ignore[arg-type]
+        Request("r", "s", "k", 0, Execute("t", "{}", sandbox=Provision(egress=Egress("open")))),
+        Request("r", "s", "k", 0, Execute("t", "{}", sandbox=Provision(cpus=float("inf")))),
+        Request("r", "s", "k", 0, Execute("t", "{}", sandbox=Provision(pids=-1))),
+        Request("r", "s", "k", 0, Execute("t", "{}", sandbox=Destroy())),  # type: ignore[arg-type]
+        Request("r", "s", "k", 0, McpCall("", "t", "{}")),
+        Request("r", "s", "k", 0, McpCall("s", "", "{}")),
+        Request("r", "s", "k", 0, McpCall("s", "t", "{}", timeout_ms=-1)),
     ],
     ids=lambda f: type(f).__name__,
 )
@@ -251,6 +405,15 @@ def test_encode_rejects_non_frames() -> None:
         encode_frame(ToolResult.text("not a frame"), LIMIT)  # type: ignore[arg-type]
     with pytest.raises(MalformedFrame):
         encode_outcome(Ack("r"))  # type: ignore[arg-type]
+
+
+def test_oversized_catalog_fails_at_encode() -> None:
+    update = CatalogUpdate("d", "x" * 2000)
+    with pytest.raises(FrameTooLarge):
+        encode_frame(update, 2000)
+    hello = Hello("e", "v", 1, (), "", 0, 0, mcp_catalog_json="x" * 2000)
+    with pytest.raises(FrameTooLarge):
+        encode_frame(hello, 2000)
 
 
 def test_chunk_repr_hides_data() -> None:
