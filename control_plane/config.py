@@ -35,7 +35,15 @@ class ControlPlaneConfig(BaseModel):
     model_base_url: str | None = None
     #: The harnesses: leases, model retries, provisioning mode.
     harness: HarnessConfig = HarnessConfig()
+    #: The vault's key-encryption key: 32 raw bytes, mode 0600. Default ``<data_dir>/vault.kek``,
+    #: created (random) at first start if missing; a file named here must exist (a missing mounted
+    #: secret must not silently become a new key). Keep it out of the database's backups.
+    vault_key_file: Path | None = None
 
     @property
     def effective_store_url(self) -> str:
         return self.store_url or f"sqlite:///{self.data_dir / 'outpost.db'}"
+
+    @property
+    def effective_vault_key_file(self) -> Path:
+        return self.vault_key_file or self.data_dir / "vault.kek"

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 
+import httpx
 import uvicorn
 
 from control_plane.api.app import ApiServices, create_app
@@ -31,20 +32,23 @@ from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.mcp import Credentials, McpRouter, no_credentials
 from control_plane.sessions.networking import egress_of
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
 from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer
+from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Provision
 from outpost_wire.session import SessionConfig
 from outpost_wire.version import SOFTWARE_VERSION
 
-__all__ = ["ADMIN_KEY_FILE", "ControlPlane"]
+__all__ = ["ADMIN_KEY_FILE", "VAULT_CAPABILITY_KEY_FILE", "ControlPlane"]
 
 log = logging.getLogger(__name__)
 
 ADMIN_KEY_FILE = "admin-api-key"
+VAULT_CAPABILITY_KEY_FILE = "vault-capability.key"  # the broker's HMAC key (not the KEK)
 _SPEC_TTL_S = 2.0
 
 
@@ -70,6 +74,9 @@ class ControlPlane:
         self.bus = EventBus()
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
+        self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
+        self.vault: Vault | None = None  # vault: credentials for MCP servers the control plane calls
+        self._vault_http: httpx.AsyncClient | None = None  # vault: OAuth token endpoints
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_socket: socket.socket | None = None
@@ -98,6 +105,17 @@ class ControlPlane:
         self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
         self.enrollment.add_revocation_listener(self._on_revoked)
         await self._ensure_admin_key()
+        # -- vault: KEK from its key file (the default one is created 0600 at first start; a
+        # configured one must exist), the broker's capability key beside the data --
+        kek_load = FileKek.load if cfg.vault_key_file else FileKek.load_or_create
+        self._vault_http = httpx.AsyncClient(timeout=15.0, follow_redirects=False)
+        self.vault = Vault.create(
+            self.store,
+            Keyring(kek_load(cfg.effective_vault_key_file)),
+            CapabilitySigner.load_or_create(cfg.data_dir / VAULT_CAPABILITY_KEY_FILE),
+            self._vault_http,
+            _utcnow,
+        )
 
         session_config = SessionConfig(
             max_frame_bytes=cfg.max_frame_bytes,
@@ -126,7 +144,8 @@ class ControlPlane:
             api_key = "unset"
         base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
-        self.harness = Harness(self.store, self.gateway, self.bus, self.model, cfg.harness)
+        self.mcp = self._mcp_router()
+        self.harness = Harness(self.store, self.gateway, self.bus, self.model, cfg.harness, mcp=self.mcp)
         await self.harness.start()
 
         app = create_app(
@@ -139,6 +158,7 @@ class ControlPlane:
                 tunnel_address=self.tunnel_address,
                 bus=self.bus,
                 runner=self.harness,
+                vault=self.vault,
             )
         )
         sock = socket.socket(socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET, socket.SOCK_STREAM)
@@ -166,6 +186,12 @@ class ControlPlane:
             self.tunnel_address,
             cfg.data_dir,
         )
+
+    def _mcp_router(self, credentials: Credentials = no_credentials) -> McpRouter:
+        """The harness's MCP router: ``edge://`` servers through the edge gateway, others called
+        by the control plane itself with the headers ``credentials(session_id, url)`` gives (the
+        seam for the vault's broker; no headers by default)."""
+        return McpRouter(self.gateway, credentials=credentials)
 
     async def _ensure_admin_key(self) -> None:
         """On first start, make an admin API key and leave it in a 0600 file in the data dir."""
@@ -226,5 +252,9 @@ class ControlPlane:
             self._http_socket.close()
         if self.model is not None:
             await self.model.close()
+        if self.mcp is not None:
+            await self.mcp.close()
+        if self._vault_http is not None:  # vault
+            await self._vault_http.aclose()
         if self.store is not None:
             await self.store.close()

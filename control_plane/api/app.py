@@ -24,11 +24,13 @@ from control_plane.api.errors import install_error_handlers
 from control_plane.api.events import events_router
 from control_plane.api.operations import operations_router
 from control_plane.api.sessions import sessions_router
+from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
 from control_plane.runner import SessionRunner
 from control_plane.store.base import Store
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
+from control_plane.vault.components import Vault
 from outpost_wire.version import SOFTWARE_VERSION
 
 __all__ = ["ApiConfig", "ApiServices", "NullRunner", "create_app"]
@@ -65,6 +67,7 @@ class ApiServices:
     bus: EventBus = field(default_factory=EventBus)
     runner: SessionRunner = field(default_factory=NullRunner)
     config: ApiConfig = field(default_factory=ApiConfig)
+    vault: Vault | None = None  # None: the /v1/vaults routes answer 503
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -102,5 +105,6 @@ def create_app(services: ApiServices) -> FastAPI:
         )
     )
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
+    authed.include_router(vaults_router(services.vault, services.clock))
     app.include_router(authed)
     return app

@@ -220,6 +220,11 @@ class Store(Protocol):
 
     async def release_lease(self, session_id: str, holder: str, epoch: int) -> None: ...
 
+    async def get_lease(self, session_id: str) -> Lease | None:
+        """The session's lease as it stands, ``None`` if it was never taken or has been released.
+        An expired lease nobody took over yet is returned as is: compare ``expires_at`` with the
+        time. Changes nothing (the credential broker reads it to fence a zombie harness)."""
+
     async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
         """Leases past their expiry, for the harness to ``wake``."""
 

@@ -379,6 +379,13 @@ class MemoryStore:
         if row is not None and row.holder == holder and row.epoch == epoch:
             row.holder = None
 
+    async def get_lease(self, session_id: str) -> Lease | None:
+        self._check_open()
+        row = self._leases.get(session_id)
+        if row is None or row.holder is None:
+            return None
+        return Lease(session_id, row.holder, row.epoch, codec.from_us(row.expires_us))
+
     async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
         self._check_open()
         now_us = codec.to_us(now)

@@ -439,6 +439,16 @@ class SqliteStore:
 
         await self._engine.write(run)
 
+    async def get_lease(self, session_id: str) -> Lease | None:
+        def run(conn: sqlite3.Connection) -> Lease | None:
+            row = conn.execute(
+                "SELECT holder, epoch, expires_at FROM leases WHERE session_id = ? AND holder IS NOT NULL",
+                (session_id,),
+            ).fetchone()
+            return None if row is None else Lease(session_id, row[0], row[1], codec.from_us(row[2]))
+
+        return await self._engine.read(run)
+
     async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
         now_us = codec.to_us(now)
         codec.check_limit(limit)

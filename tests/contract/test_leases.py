@@ -87,3 +87,16 @@ async def test_concurrent_acquire_has_one_winner(store: Store) -> None:
     winners = [r for r in results if r is not None]
     assert len(winners) == 1
     assert winners[0].epoch == 2
+
+
+async def test_get_lease(store: Store) -> None:
+    assert await store.get_lease("s1") is None  # never taken
+    await store.acquire_lease("s1", "h1", 30, at(0))
+    assert await store.get_lease("s1") == Lease("s1", "h1", 1, at(30))
+    await store.renew_lease("s1", "h1", 1, 30, at(20))
+    assert await store.get_lease("s1") == Lease("s1", "h1", 1, at(50))
+    await store.acquire_lease("s1", "h2", 30, at(60))  # expired at 50: taken over, epoch + 1
+    assert await store.get_lease("s1") == Lease("s1", "h2", 2, at(90))
+    await store.release_lease("s1", "h2", 2)
+    assert await store.get_lease("s1") is None  # released
+    assert await store.get_lease("nobody") is None

@@ -1,0 +1,45 @@
+"""``Vault``: the vault's parts built over one store, keyring and clock.
+
+``Vault.create(...)`` wires a :class:`VaultService` (the API's), a :class:`CredentialBroker` (the
+harness's MCP client path) and an :class:`OAuthRefresher` (used by both) around one shared
+:class:`CredentialCipher`, so a key rotation through the service is seen by all of them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+import httpx
+
+from control_plane.store.base import Store
+from control_plane.vault.broker import CredentialBroker
+from control_plane.vault.capability import CapabilitySigner
+from control_plane.vault.keys import Keyring
+from control_plane.vault.oauth import OAuthRefresher
+from control_plane.vault.service import VaultService
+
+__all__ = ["Vault"]
+
+
+@dataclass(frozen=True)
+class Vault:
+    service: VaultService
+    broker: CredentialBroker
+    refresher: OAuthRefresher
+
+    @classmethod
+    def create(
+        cls,
+        store: Store,
+        keyring: Keyring,
+        signer: CapabilitySigner,
+        http: httpx.AsyncClient,
+        clock: Callable[[], datetime],
+    ) -> Vault:
+        """``http`` is the client for token endpoints; the caller owns (and closes) it."""
+        service = VaultService(store, keyring, clock)
+        refresher = OAuthRefresher(store, service.cipher, http, clock)
+        broker = CredentialBroker(store, service.cipher, signer, clock, refresher=refresher)
+        return cls(service, broker, refresher)

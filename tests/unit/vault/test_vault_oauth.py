@@ -1,0 +1,197 @@
+"""OAuth refresh of ``mcp_oauth`` credentials against a real local token endpoint: single-flight
+in one process and across two, the three client authentication methods, failure handling."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import timedelta
+
+import httpx
+import pytest
+
+from control_plane.store import MemoryStore
+from control_plane.vault import FileKek, Keyring, OAuthRefresher, RefreshFailed, VaultService
+from control_plane.vault.oauth import scrub
+from control_plane.vault.params import VaultCreate
+from control_plane.vault.service import CREDENTIAL_KIND
+from tests.unit.vault._vault_support import Clock, TokenEndpoint, mcp_oauth, token_endpoint, wait_for
+
+SECRETS = ("at-old", "rt-old", "cs-secret")
+
+
+@dataclass
+class Setup:
+    store: MemoryStore
+    clock: Clock
+    service: VaultService
+    http: httpx.AsyncClient
+    endpoint: TokenEndpoint
+    vault_id: str
+
+    def refresher(self, holder: str = "p1") -> OAuthRefresher:
+        return OAuthRefresher(self.store, self.service.cipher, self.http, self.clock, holder=holder)
+
+    async def credential(self, *, expires_in_s: float = 30, **kwargs: object) -> str:
+        params = mcp_oauth(
+            token_endpoint=self.endpoint.url,
+            expires_at=self.clock.now + timedelta(seconds=expires_in_s),
+            **kwargs,
+        )
+        return (await self.service.create_credential(self.vault_id, params)).id
+
+
+@pytest.fixture
+async def setup() -> AsyncIterator[Setup]:
+    store = MemoryStore()
+    clock = Clock()
+    service = VaultService(store, Keyring(FileKek.generate()), clock)
+    vault_id = (await service.create_vault(VaultCreate(display_name="v"))).id
+    async with token_endpoint() as endpoint, httpx.AsyncClient() as http:
+        yield Setup(store, clock, service, http, endpoint, vault_id)
+    await store.close()
+
+
+async def test_a_fresh_token_is_not_refreshed(setup: Setup) -> None:
+    cid = await setup.credential(expires_in_s=3600)
+    assert (await setup.refresher().get_token(cid)).reveal() == "at-old"
+    assert setup.endpoint.requests == []
+
+
+async def test_single_flight_in_one_process(setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    cid = await setup.credential(expires_in_s=30)  # within the 60 s margin: due
+    refresher = setup.refresher()
+    setup.endpoint.gate.clear()  # hold the token request until every caller is waiting
+    tasks = [asyncio.create_task(refresher.get_token(cid)) for _ in range(20)]
+    await wait_for(lambda: len(setup.endpoint.requests) == 1)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    setup.endpoint.gate.set()
+    tokens = {m.reveal() for m in await asyncio.gather(*tasks)}
+    assert tokens == {"at-new-1"}
+    assert len(setup.endpoint.requests) == 1
+    request = setup.endpoint.requests[0]
+    assert request.basic == ("client-1", "cs-secret")
+    assert request.form == {
+        "grant_type": "refresh_token",
+        "refresh_token": "rt-old",
+        "scope": "read write",
+        "resource": "https://oauth-mcp.example.com/",
+    }
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    assert "refresh_claim" not in res.body
+    assert res.body["auth"]["expires_at"] == "2026-03-01T13:00:00Z"
+    assert await setup.service.cipher.open(res) == {
+        "access_token": "at-new-1",
+        "refresh_token": "rt-new-1",  # rotated
+        "client_secret": "cs-secret",
+    }
+    for secret in (*SECRETS, "at-new-1", "rt-new-1"):
+        assert secret not in caplog.text
+    # Fresh now: no more requests.
+    assert (await refresher.get_token(cid)).reveal() == "at-new-1"
+    assert len(setup.endpoint.requests) == 1
+
+
+async def test_single_flight_across_processes(setup: Setup) -> None:
+    """Two refreshers (two processes: separate locks) over one store: the claim written with a
+    version check lets only one of them call the token endpoint."""
+    cid = await setup.credential(expires_in_s=0.5)
+    one, two = setup.refresher("p1"), setup.refresher("p2")
+    one.claim_poll_s = two.claim_poll_s = 0.005
+    setup.endpoint.gate.clear()
+    tasks = [asyncio.create_task(r.get_token(cid)) for r in (one, two) for _ in range(5)]
+    await wait_for(lambda: len(setup.endpoint.requests) == 1)
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    assert res.body["refresh_claim"]["holder"] in ("p1", "p2")
+    setup.endpoint.gate.set()
+    assert {m.reveal() for m in await asyncio.gather(*tasks)} == {"at-new-1"}
+    assert len(setup.endpoint.requests) == 1
+
+
+async def test_a_stale_claim_of_a_dead_process_is_taken_over(setup: Setup) -> None:
+    cid = await setup.credential(expires_in_s=10)
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    until = (setup.clock.now - timedelta(seconds=1)).isoformat()
+    await setup.store.update_resource(
+        CREDENTIAL_KIND, cid, {**res.body, "refresh_claim": {"holder": "dead", "until": until}}, setup.clock()
+    )
+    assert (await setup.refresher().get_token(cid)).reveal() == "at-new-1"
+
+
+@pytest.mark.parametrize("method", ["client_secret_post", "none"])
+async def test_client_authentication_methods(setup: Setup, method: str) -> None:
+    cid = await setup.credential(method=method)
+    await setup.refresher().get_token(cid)
+    request = setup.endpoint.requests[0]
+    assert request.basic is None
+    assert request.form["client_id"] == "client-1"
+    if method == "client_secret_post":
+        assert request.form["client_secret"] == "cs-secret"
+    else:
+        assert "client_secret" not in request.form
+
+
+async def test_refused_refresh(setup: Setup, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    setup.endpoint.fail = True
+    cid = await setup.credential(expires_in_s=30)
+    refresher = setup.refresher()
+    # Still valid for 30 s: the stored token is used while the refresh keeps failing.
+    assert (await refresher.get_token(cid)).reveal() == "at-old"
+    setup.clock.advance(31)
+    with pytest.raises(RefreshFailed) as caught:
+        await refresher.get_token(cid)
+    assert caught.value.outcome == "failed"
+    assert caught.value.status_code == 400
+    response = caught.value.http_response
+    assert response is not None
+    assert "rt-old" not in response["body"]
+    assert "[redacted]" in response["body"]
+    result = await refresher.refresh(cid)
+    assert result.status == "failed"
+    assert result.http_response is not None and "rt-old" not in result.http_response["body"]
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    assert "refresh_claim" not in res.body  # released after the failure
+    for secret in SECRETS:
+        assert secret not in caplog.text
+
+
+async def test_unreachable_endpoint(setup: Setup) -> None:
+    params = mcp_oauth(
+        token_endpoint="http://127.0.0.1:9/token", expires_at=setup.clock.now + timedelta(seconds=5)
+    )
+    cid = (await setup.service.create_credential(setup.vault_id, params)).id
+    result = await setup.refresher().refresh(cid)
+    assert result.status == "connect_error"
+    assert result.http_response is None
+
+
+async def test_no_refresh_configuration(setup: Setup) -> None:
+    params = mcp_oauth(refresh=False, expires_at=setup.clock.now + timedelta(seconds=5))
+    cid = (await setup.service.create_credential(setup.vault_id, params)).id
+    refresher = setup.refresher()
+    assert (await refresher.get_token(cid)).reveal() == "at-old"  # nothing to refresh with
+    assert (await refresher.refresh(cid)).status == "no_refresh_token"
+
+
+async def test_forced_refresh(setup: Setup) -> None:
+    cid = await setup.credential(expires_in_s=3600)
+    setup.endpoint.rotate = False
+    assert (await setup.refresher().refresh(cid)).status == "succeeded"
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    assert await setup.service.cipher.open(res) == {
+        "access_token": "at-new-1",
+        "refresh_token": "rt-old",  # not rotated: kept
+        "client_secret": "cs-secret",
+    }
+
+
+def test_scrub() -> None:
+    text = '{"access_token": "abc", "error": "x", "refresh_token":"def", "note": "secret-1 leaked"}'
+    scrubbed = scrub(text, ["secret-1", ""])
+    assert "abc" not in scrubbed and "def" not in scrubbed and "secret-1" not in scrubbed
+    assert '"error": "x"' in scrubbed
