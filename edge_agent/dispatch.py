@@ -105,9 +105,7 @@ class Dispatcher:
         if isinstance(op, Execute):
             return await self._execute(request, op)
         if isinstance(op, Provision):
-            limits = self._policy.resolve(
-                image=op.image, cpus=op.cpus, memory_bytes=op.memory_bytes, pids=op.pids
-            )
+            limits = self._resolve(op)
             self._limits[request.session_id] = limits
             info = await self._manager.provision(request.session_id, limits)
             return Provisioned(sandbox_id=info.sandbox_id, image=info.image, reused=info.reused)
@@ -115,6 +113,17 @@ class Dispatcher:
             self._limits.pop(request.session_id, None)
             return Destroyed(existed=await self._manager.destroy(request.session_id))
         return Failure(ErrorCode.INVALID_REQUEST, f"unsupported operation {type(op).__name__}")
+
+    def _resolve(self, op: Provision) -> SandboxLimits:
+        """The policy's answer to a provision spec, egress included."""
+        return self._policy.resolve(
+            image=op.image,
+            cpus=op.cpus,
+            memory_bytes=op.memory_bytes,
+            pids=op.pids,
+            egress_mode=op.egress.mode,
+            allowed_hosts=op.egress.allowed_hosts,
+        )
 
     async def _execute(self, request: Request, op: Execute) -> Outcome:
         key = request.idempotency_key or request.request_id
@@ -134,7 +143,10 @@ class Dispatcher:
             return ToolResult.error(f"tool input is not valid JSON: {exc.msg}")
         if not isinstance(tool_input, dict):
             return ToolResult.error("tool input must be a JSON object")
-        limits = self._limits.get(request.session_id) or self._policy.resolve()
+        if op.sandbox is not None:  # the sandbox to make if the session has none yet
+            limits = self._limits[request.session_id] = self._resolve(op.sandbox)
+        else:
+            limits = self._limits.get(request.session_id) or self._policy.resolve()
         existing = await self._journal.start(key, request.session_id)
         if existing is not None:
             if existing.state is JournalState.FINISHED and existing.outcome is not None:

@@ -3,19 +3,33 @@
 The policy is read from the edge's own files; the control plane can read its digest (sent in
 hello) but has no way to change it. A request outside the policy is refused with
 :class:`~edge_agent.errors.PolicyDenied`, whose message names the rule.
+
+The ``egress`` section caps what sandboxes may reach (see :mod:`edge_agent.egress`)::
+
+    egress:
+      max_mode: allowlist          # none | allowlist | unrestricted (default: allowlist)
+      allowed_hosts:               # what an allowlist may contain (default: nothing)
+        - pypi.org
+        - "*.pythonhosted.org"
+        - github.com:443
+
+A requested entry must be covered by one of ``allowed_hosts`` (``*.example.com`` covers
+``api.example.com`` and ``*.api.example.com``; an entry without a port covers every port).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from edge_agent.egress import Allowlist, EgressMode, EgressSpec
 from edge_agent.errors import PolicyDenied
 from edge_agent.sandbox import SandboxLimits
 
-__all__ = ["ImagePolicy", "LimitsPolicy", "Policy"]
+__all__ = ["EgressPolicy", "ImagePolicy", "LimitsPolicy", "Policy"]
 
 _MIB = 1024 * 1024
 
@@ -54,9 +68,45 @@ class LimitsPolicy(_Strict):
         return self
 
 
+class EgressPolicy(_Strict):
+    max_mode: EgressMode = EgressMode.ALLOWLIST
+    allowed_hosts: tuple[str, ...] = ()
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _canonical(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        # Canonical (normalised, deduplicated, sorted): equivalent policies share a digest.
+        return Allowlist.parse(value).entries()
+
+    def check(self, mode: str, allowed_hosts: Sequence[str]) -> EgressSpec:
+        """The egress a request may have, or PolicyDenied naming the rule. Hosts requested with a
+        mode other than ``allowlist`` are ignored."""
+        try:
+            wanted = EgressMode(mode or EgressMode.NONE)
+        except ValueError:
+            raise PolicyDenied("egress.mode", f"unknown egress mode {mode!r}") from None
+        if wanted.exceeds(self.max_mode):
+            raise PolicyDenied(
+                "egress.max_mode",
+                f"egress mode {wanted.value!r} requested, the policy allows at most {self.max_mode.value!r}",
+            )
+        if wanted is not EgressMode.ALLOWLIST:
+            return EgressSpec(wanted)
+        try:
+            requested = Allowlist.parse(allowed_hosts)
+        except ValueError as exc:
+            raise PolicyDenied("egress.allowed_hosts", f"invalid allowlist entry: {exc}") from None
+        uncovered = Allowlist.parse(self.allowed_hosts).uncovered(requested)
+        if uncovered:
+            names = ", ".join(repr(str(entry)) for entry in uncovered)
+            raise PolicyDenied("egress.allowed_hosts", f"host(s) {names} not allowed by this edge's policy")
+        return EgressSpec(wanted, requested.entries())
+
+
 class Policy(_Strict):
     images: ImagePolicy = ImagePolicy()
     limits: LimitsPolicy = LimitsPolicy()
+    egress: EgressPolicy = EgressPolicy()
     max_sandboxes: int = Field(8, ge=1, le=1024)
 
     def digest(self) -> str:
@@ -65,9 +115,17 @@ class Policy(_Strict):
         return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
 
     def resolve(
-        self, *, image: str = "", cpus: float = 0.0, memory_bytes: int = 0, pids: int = 0
+        self,
+        *,
+        image: str = "",
+        cpus: float = 0.0,
+        memory_bytes: int = 0,
+        pids: int = 0,
+        egress_mode: str = "",
+        allowed_hosts: Sequence[str] = (),
     ) -> SandboxLimits:
-        """Turn a provision request (0 / "" = default) into limits, or refuse it naming the rule."""
+        """Turn a provision request (0 / "" = default; egress ``none``) into limits, or refuse it
+        naming the rule."""
         image = image or self.images.default
         if image not in self.images.allowed:
             raise PolicyDenied("images.allowed", f"image {image!r} is not allowed by this edge's policy")
@@ -87,4 +145,5 @@ class Policy(_Strict):
             raise PolicyDenied(
                 "limits.max_pids", f"{pids} pids requested, the policy allows {self.limits.max_pids}"
             )
-        return SandboxLimits(image=image, cpus=cpus, memory_bytes=memory, pids=pids)
+        egress = self.egress.check(egress_mode, allowed_hosts)
+        return SandboxLimits(image=image, cpus=cpus, memory_bytes=memory, pids=pids, egress=egress)

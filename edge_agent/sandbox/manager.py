@@ -15,6 +15,13 @@ Containers and volumes carry labels (``outpost.managed``, ``outpost.edge_id``,
 
 A tool call goes through a held channel to the in-sandbox daemon (:mod:`.channel`): no Docker API
 call on the hot path, except ``unpause`` after an idle period.
+
+Egress (:mod:`edge_agent.egress`) is part of a sandbox's limits and fixed at creation: the
+manager asks its :class:`~edge_agent.egress.EgressController` where to attach the container,
+registers an allowlist sandbox's address with the proxy and revokes it when the sandbox goes. A
+request with a different egress spec replaces the container (same workspace volume). Reconcile
+re-registers adopted sandboxes (the proxy rebinds its previous port) and removes the edge's
+networks no sandbox uses.
 """
 
 from __future__ import annotations
@@ -30,15 +37,20 @@ from typing import Any
 
 from outpost_wire.results import ToolResult
 
+from ..egress import EgressController, EgressMode, EgressSpec, ProxyLimits, Resolver
 from ..errors import CapacityExhausted, SandboxUnavailable
 from .channel import CallTimeout, DaemonChannel
-from .runtime import DockerRuntime
+from .runtime import ContainerRecord, DockerRuntime
 from .spec import (
     LABEL_EDGE_ID,
+    LABEL_EGRESS,
+    LABEL_EGRESS_PROXY,
     LABEL_MANAGED,
     LABEL_SESSION_ID,
     SandboxLimits,
     SandboxSpec,
+    network_name,
+    sandbox_labels,
     volume_name,
 )
 from .toolset import request_timeout_ms, validate_input
@@ -62,30 +74,47 @@ class SandboxInfo:
 
 @dataclass
 class ReconcileReport:
-    """What :meth:`SandboxManager.reconcile` did, by container id."""
+    """What :meth:`SandboxManager.reconcile` did, by container id (networks by name)."""
 
     reattached: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
+    networks_removed: list[str] = field(default_factory=list)
 
 
 class _Sandbox:
     """Mutable state of one session's container, owned by the manager."""
 
     __slots__ = (
+        "address",
         "broken",
         "channel",
         "container_id",
+        "egress",
         "image",
         "inflight",
         "last_used",
+        "network",
         "paused",
         "session_id",
     )
 
-    def __init__(self, session_id: str, container_id: str, image: str, *, paused: bool = False) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        container_id: str,
+        image: str,
+        *,
+        egress: EgressSpec,
+        network: str = "",
+        address: str = "",
+        paused: bool = False,
+    ) -> None:
         self.session_id = session_id
         self.container_id = container_id
         self.image = image
+        self.egress = egress
+        self.network = network  # "" = none
+        self.address = address  # on the allowlist network: the proxy knows the sandbox by it
         self.channel: DaemonChannel | None = None
         self.paused = paused
         self.broken = False  # the container may be dead: check it before the next call
@@ -137,7 +166,11 @@ class SandboxManager:
         max_sandboxes: int = 8,
         default_limits: SandboxLimits,
         name_prefix: str = "outpost",
+        egress_limits: ProxyLimits | None = None,
+        egress_resolver: Resolver | None = None,
     ) -> None:
+        """``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
+        the default is the host's resolver)."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -151,6 +184,14 @@ class SandboxManager:
         self.default_limits = default_limits
         self._prefix = name_prefix
         self._edge_labels = {LABEL_MANAGED: "1", LABEL_EDGE_ID: edge_id}
+        self._egress = EgressController(
+            runtime,
+            labels=self._edge_labels,
+            allowlist_network=network_name(name_prefix, edge_id, EgressMode.ALLOWLIST),
+            open_network=network_name(name_prefix, edge_id, EgressMode.UNRESTRICTED),
+            proxy_limits=egress_limits,
+            resolver=egress_resolver,
+        )
         self._sandboxes: dict[str, _Sandbox] = {}
         self._locks = _SessionLocks()
         self._reserved = 0  # creations in progress, counted against max_sandboxes
@@ -200,6 +241,12 @@ class SandboxManager:
         channels = [sb.channel for sb in self._sandboxes.values() if sb.channel is not None]
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
         self._sandboxes.clear()
+        await self._egress.close()
+
+    @property
+    def egress(self) -> EgressController:
+        """The edge's networks and egress proxy."""
+        return self._egress
 
     def _check_open(self) -> None:
         if self._closed:
@@ -211,52 +258,76 @@ class SandboxManager:
         """Adopt this edge's running or paused containers (unpausing them); remove the dead ones.
 
         Channels to adopted containers are opened lazily, on their next call. Volumes are kept:
-        a session whose container died gets a new one on its old workspace.
+        a session whose container died gets a new one on its old workspace. An adopted sandbox
+        whose egress cannot be restored exactly (unreadable label, unexpected networks, proxy port
+        taken) is removed instead. Networks of this edge that no sandbox uses are removed.
         """
         self._check_open()
         report = ReconcileReport()
         records = await self._runtime.list_containers(self._edge_labels)
-        alive: dict[str, list[tuple[str, str, str]]] = {}
+        alive: dict[str, list[ContainerRecord]] = {}
         for record in records:
             session_id = record.labels.get(LABEL_SESSION_ID)
             if record.state in _ALIVE_STATES and session_id:
-                alive.setdefault(session_id, []).append((record.id, record.state, record.image))
+                alive.setdefault(session_id, []).append(record)
             elif await self._remove_quietly(record.id):
                 report.removed.append(record.id)
-        alive_ids = {cid for rows in alive.values() for cid, _, _ in rows}
+        alive_ids = {record.id for rows in alive.values() for record in rows}
         for sb in list(self._sandboxes.values()):
             if sb.container_id not in alive_ids:
                 await self._forget(sb)
         for session_id, rows in alive.items():
             async with self._locks.hold(session_id):
                 await self._adopt(session_id, rows, report)
+        if not self._reserved:  # a sandbox being created may be on a network nobody else uses yet
+            in_use = {sb.network for sb in self._sandboxes.values() if sb.network}
+            report.networks_removed = await self._egress.collect(in_use)
         return report
 
-    async def _adopt(
-        self, session_id: str, rows: list[tuple[str, str, str]], report: ReconcileReport
-    ) -> None:
+    async def _adopt(self, session_id: str, rows: list[ContainerRecord], report: ReconcileReport) -> None:
         tracked = self._sandboxes.get(session_id)
         keep_id = tracked.container_id if tracked is not None else None
-        if keep_id not in {cid for cid, _, _ in rows}:
-            rows.sort(key=lambda row: row[1] != "running")  # prefer a running one
-            keep_id = rows[0][0]
-        for cid, state, image in rows:
+        if keep_id not in {record.id for record in rows}:
+            rows.sort(key=lambda record: record.state != "running")  # prefer a running one
+            keep_id = rows[0].id
+        for record in rows:
+            cid = record.id
             if cid != keep_id:
                 if await self._remove_quietly(cid):
                     report.removed.append(cid)
                 continue
             if tracked is not None and tracked.container_id == cid:
                 continue  # already ours
+            sb = await self._adopt_egress(session_id, record)
             try:
-                if state == "paused":
+                if sb is None:
+                    raise SandboxUnavailable("its egress cannot be restored")
+                if record.state == "paused":
                     await self._runtime.unpause(cid)
             except SandboxUnavailable as exc:
                 log.warning("sandbox %s of session %s cannot be resumed: %s", cid[:12], session_id, exc)
+                if sb is not None:
+                    self._egress.revoke(sb.address, session_id)
                 if await self._remove_quietly(cid):
                     report.removed.append(cid)
                 continue
-            self._sandboxes[session_id] = _Sandbox(session_id, cid, image)
+            self._sandboxes[session_id] = sb
             report.reattached.append(cid)
+
+    async def _adopt_egress(self, session_id: str, record: ContainerRecord) -> _Sandbox | None:
+        """The adopted container as a tracked sandbox with its egress restored, or None."""
+        try:
+            egress = EgressSpec.from_label(record.labels.get(LABEL_EGRESS))
+            network, address = await self._egress.restore(
+                session_id,
+                egress,
+                proxy_url=record.labels.get(LABEL_EGRESS_PROXY, ""),
+                networks=record.networks,
+            )
+        except (ValueError, SandboxUnavailable) as exc:
+            log.warning("sandbox %s: egress cannot be restored: %s", record.id[:12], exc)
+            return None
+        return _Sandbox(session_id, record.id, record.image, egress=egress, network=network, address=address)
 
     # provisioning ----------------------------------------------------------------------------
 
@@ -274,6 +345,16 @@ class SandboxManager:
     async def _ensure(self, session_id: str, limits: SandboxLimits) -> tuple[_Sandbox, bool]:
         """With the session's lock held: a ready sandbox (running, channel open)."""
         sb = self._sandboxes.get(session_id)
+        if sb is not None and sb.egress != limits.egress:
+            log.info(
+                "session %s: egress changed from %s to %s; replacing sandbox %s (workspace kept)",
+                session_id,
+                sb.egress.mode.value,
+                limits.egress.mode.value,
+                sb.short_id,
+            )
+            await self._discard(sb)
+            sb = None
         if sb is not None:
             if sb.channel is not None and not sb.paused and not sb.broken and not sb.channel.closed:
                 return sb, True  # the hot path: no awaits
@@ -316,17 +397,36 @@ class SandboxManager:
             )
         self._reserved += 1
         try:
+            attachment = await self._egress.attachment(limits.egress)
             spec = SandboxSpec.for_session(
-                prefix=self._prefix, edge_id=self._edge_id, session_id=session_id, limits=limits
+                prefix=self._prefix,
+                edge_id=self._edge_id,
+                session_id=session_id,
+                limits=limits,
+                network=attachment.network if attachment else "",
+                env=attachment.env if attachment else None,
+                proxy_url=attachment.proxy_url if attachment else "",
             )
-            await self._runtime.ensure_volume(spec.volume, spec.labels)
+            await self._runtime.ensure_volume(spec.volume, sandbox_labels(self._edge_id, session_id))
             container_id = await self._runtime.create_container(spec)
+            address = ""
             try:
+                if limits.egress.mode is EgressMode.ALLOWLIST:
+                    address = await self._egress.grant_container(container_id, session_id, limits.egress)
                 channel = await self._open_channel(container_id)
             except BaseException:
+                if address:
+                    self._egress.revoke(address, session_id)
                 await self._remove_quietly(container_id)
                 raise
-            sb = _Sandbox(session_id, container_id, spec.image)
+            sb = _Sandbox(
+                session_id,
+                container_id,
+                spec.image,
+                egress=limits.egress,
+                network=spec.network,
+                address=address,
+            )
             sb.channel = channel
             self._sandboxes[session_id] = sb
             log.debug("session %s: sandbox %s created", session_id, sb.short_id)
@@ -345,6 +445,8 @@ class SandboxManager:
     async def _forget(self, sb: _Sandbox) -> None:
         if self._sandboxes.get(sb.session_id) is sb:
             del self._sandboxes[sb.session_id]
+        if sb.address:
+            self._egress.revoke(sb.address, sb.session_id)
         if sb.channel is not None:
             await sb.channel.close()
             sb.channel = None
@@ -432,13 +534,14 @@ class SandboxManager:
         return len(self._sandboxes)
 
     async def destroy_all_for_tests(self) -> None:
-        """Remove every container and volume labelled with this edge id."""
+        """Remove every container, volume and network labelled with this edge id; stop the proxy."""
         for sb in list(self._sandboxes.values()):
             await self._forget(sb)
         for record in await self._runtime.list_containers(self._edge_labels):
             await self._remove_quietly(record.id)
         for name in await self._runtime.list_volumes(self._edge_labels):
             await self._runtime.remove_volume(name)
+        await self._egress.destroy_all()
 
     # idle pausing ----------------------------------------------------------------------------
 

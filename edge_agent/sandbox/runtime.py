@@ -16,13 +16,14 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
 
+from ..egress import NetworkRecord
 from ..errors import SandboxUnavailable
 from .spec import SandboxSpec
 
@@ -41,6 +42,7 @@ class ContainerRecord:
     state: str  # created | running | paused | restarting | removing | exited | dead
     labels: Mapping[str, str]
     image: str
+    networks: Mapping[str, str] = field(default_factory=dict)  # network name -> IPv4 address
 
 
 class ExecStream:
@@ -224,11 +226,23 @@ class DockerRuntime:
                     state=str(row.get("State", "")),
                     labels=dict(row.get("Labels") or {}),
                     image=str(row.get("Image", "")),
+                    networks=_addresses(row),
                 )
                 for row in rows
             ]
 
         return await self._run("list sandboxes", listing)
+
+    async def container_address(self, container_id: str, network: str) -> str:
+        """The container's IPv4 address on ``network``."""
+
+        def inspect() -> str:
+            address = _addresses(self._api().inspect_container(container_id)).get(network, "")
+            if not address:
+                raise SandboxUnavailable(f"sandbox {container_id[:12]} has no address on {network}")
+            return address
+
+        return await self._run("inspect sandbox address", inspect)
 
     async def pause(self, container_id: str) -> None:
         await self._run("pause sandbox", lambda: self._api().pause(container_id))
@@ -250,6 +264,55 @@ class DockerRuntime:
             return True
 
         return await self._run("remove sandbox", remove)
+
+    # networks --------------------------------------------------------------------------------
+
+    async def ensure_network(
+        self, name: str, *, internal: bool, labels: Mapping[str, str], options: Mapping[str, str]
+    ) -> NetworkRecord:
+        """The bridge network ``name``, created if missing. An existing one is returned as it is:
+        the caller checks that it is what it expects."""
+
+        def ensure() -> NetworkRecord:
+            api = self._api()
+            try:
+                return _network_record(api.inspect_network(name))
+            except docker.errors.NotFound:
+                pass
+            try:
+                api.create_network(
+                    name,
+                    driver="bridge",
+                    internal=internal,
+                    labels=dict(labels),
+                    options=dict(options),
+                    check_duplicate=True,
+                )
+            except docker.errors.APIError as exc:
+                if exc.status_code != 409:  # 409: created meanwhile by someone else
+                    raise
+            return _network_record(api.inspect_network(name))
+
+        return await self._run(f"create network {name}", ensure)
+
+    async def list_networks(self, labels: Mapping[str, str]) -> list[NetworkRecord]:
+        def listing() -> list[NetworkRecord]:
+            rows = self._api().networks(filters={"label": _label_filters(labels)}) or []
+            return [_network_record(row) for row in rows]
+
+        return await self._run("list networks", listing)
+
+    async def remove_network(self, name: str) -> bool:
+        """False if it did not exist; SandboxUnavailable if containers are still on it."""
+
+        def remove() -> bool:
+            try:
+                self._api().remove_network(name)
+            except docker.errors.NotFound:
+                return False
+            return True
+
+        return await self._run(f"remove network {name}", remove)
 
     # exec ------------------------------------------------------------------------------------
 
@@ -287,6 +350,25 @@ def _label_filters(labels: Mapping[str, str]) -> list[str]:
     return [f"{key}={value}" for key, value in labels.items()]
 
 
+def _addresses(container: Mapping[str, Any]) -> dict[str, str]:
+    """Network name -> IPv4 address, from a container listing row or an inspect result."""
+    networks = (container.get("NetworkSettings") or {}).get("Networks") or {}
+    return {str(name): str(net.get("IPAddress") or "") for name, net in networks.items()}
+
+
+def _network_record(info: Mapping[str, Any]) -> NetworkRecord:
+    configs = (info.get("IPAM") or {}).get("Config") or []
+    gateways = [str(c.get("Gateway") or "") for c in configs if ":" not in str(c.get("Gateway") or "")]
+    return NetworkRecord(
+        id=str(info.get("Id", "")),
+        name=str(info.get("Name", "")),
+        internal=bool(info.get("Internal")),
+        gateway=next((g for g in gateways if g), ""),
+        labels=dict(info.get("Labels") or {}),
+        options=dict(info.get("Options") or {}),
+    )
+
+
 def container_config(spec: SandboxSpec) -> dict[str, Any]:
     """The Engine API ``ContainerCreate`` body for ``spec`` (pure; unit-tested)."""
     tmpfs_opts = "rw,exec,nosuid,nodev"
@@ -300,7 +382,7 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "Memory": spec.memory_bytes,
         "MemorySwap": spec.memory_bytes,
         "NanoCpus": int(spec.cpus * 1_000_000_000),
-        "NetworkMode": "none" if spec.network_disabled else "default",
+        "NetworkMode": spec.network or "none",
         "IpcMode": "private",
         "RestartPolicy": {"Name": "no"},
         "Tmpfs": {
@@ -309,7 +391,7 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         },
         "Mounts": [{"Type": "volume", "Source": spec.volume, "Target": spec.workdir, "ReadOnly": False}],
     }
-    return {
+    config: dict[str, Any] = {
         "Image": spec.image,
         "Cmd": list(spec.command),
         "Entrypoint": [""],  # reset any image entrypoint: run exactly Cmd
@@ -326,3 +408,6 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
         "OpenStdin": False,
         "HostConfig": host_config,
     }
+    if spec.network:  # its only network: no default bridge, no host network
+        config["NetworkingConfig"] = {"EndpointsConfig": {spec.network: {}}}
+    return config

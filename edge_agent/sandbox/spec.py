@@ -1,7 +1,9 @@
 """What a sandbox is made of: limits from the caller, hardened defaults, names and labels.
 
 Pure data; :class:`~edge_agent.sandbox.runtime.DockerRuntime` turns a :class:`SandboxSpec` into
-Docker API calls.
+Docker API calls. A sandbox's egress (:class:`~edge_agent.egress.EgressSpec`) is part of its
+limits and is recorded in the ``outpost.egress`` label (absent for mode ``none``), with the proxy
+it was pointed at in ``outpost.egress_proxy``.
 """
 
 from __future__ import annotations
@@ -12,13 +14,19 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from ..egress import EgressMode, EgressSpec
+
 __all__ = [
     "LABEL_EDGE_ID",
+    "LABEL_EGRESS",
+    "LABEL_EGRESS_PROXY",
     "LABEL_MANAGED",
     "LABEL_SESSION_ID",
     "SandboxLimits",
     "SandboxSpec",
     "container_name",
+    "egress_labels",
+    "network_name",
     "sandbox_labels",
     "sanitize_name",
     "volume_name",
@@ -27,6 +35,8 @@ __all__ = [
 LABEL_MANAGED = "outpost.managed"
 LABEL_EDGE_ID = "outpost.edge_id"
 LABEL_SESSION_ID = "outpost.session_id"
+LABEL_EGRESS = "outpost.egress"
+LABEL_EGRESS_PROXY = "outpost.egress_proxy"
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 _MAX_NAME_PART = 48
@@ -40,6 +50,7 @@ class SandboxLimits:
     cpus: float
     memory_bytes: int
     pids: int
+    egress: EgressSpec = field(default_factory=EgressSpec)
 
 
 @dataclass(frozen=True)
@@ -56,7 +67,7 @@ class SandboxSpec:
     user: str = "1000:1000"
     workdir: str = "/workspace"
     home: str = "/home/agent"
-    network_disabled: bool = True
+    network: str = ""  # the only network the container joins; "" = none (only lo)
     read_only_rootfs: bool = True
     tmp_bytes: int = 256 * 1024 * 1024
     home_bytes: int = 64 * 1024 * 1024
@@ -64,16 +75,34 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def for_session(cls, *, prefix: str, edge_id: str, session_id: str, limits: SandboxLimits) -> SandboxSpec:
+    def for_session(
+        cls,
+        *,
+        prefix: str,
+        edge_id: str,
+        session_id: str,
+        limits: SandboxLimits,
+        network: str = "",
+        env: Mapping[str, str] | None = None,
+        proxy_url: str = "",
+    ) -> SandboxSpec:
+        """``network``/``env``/``proxy_url``: where egress control put the sandbox (see
+        :meth:`edge_agent.egress.EgressController.attachment`)."""
         return cls(
             name=container_name(prefix, session_id),
             image=limits.image,
-            labels=sandbox_labels(edge_id, session_id),
+            labels={**sandbox_labels(edge_id, session_id), **egress_labels(limits.egress, proxy_url)},
             volume=volume_name(prefix, session_id),
             cpus=limits.cpus,
             memory_bytes=limits.memory_bytes,
             pids=limits.pids,
+            network=network,
+            env=dict(env or {}),
         )
+
+    @property
+    def network_disabled(self) -> bool:
+        return not self.network
 
     @property
     def uid(self) -> str:
@@ -107,3 +136,19 @@ def container_name(prefix: str, session_id: str) -> str:
 
 def sandbox_labels(edge_id: str, session_id: str) -> dict[str, str]:
     return {LABEL_MANAGED: "1", LABEL_EDGE_ID: edge_id, LABEL_SESSION_ID: session_id}
+
+
+def network_name(prefix: str, edge_id: str, mode: EgressMode) -> str:
+    """The per-edge network for ``mode`` (``allowlist`` or ``unrestricted``)."""
+    kind = "egress" if mode is EgressMode.ALLOWLIST else "open"
+    return f"{prefix}-{kind}-{sanitize_name(edge_id)}"
+
+
+def egress_labels(egress: EgressSpec, proxy_url: str = "") -> dict[str, str]:
+    """Labels recording a sandbox's egress; none for mode ``none`` (as before egress existed)."""
+    if egress.mode is EgressMode.NONE:
+        return {}
+    labels = {LABEL_EGRESS: egress.to_label()}
+    if proxy_url:
+        labels[LABEL_EGRESS_PROXY] = proxy_url
+    return labels
