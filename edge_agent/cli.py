@@ -61,6 +61,9 @@ def _configure_logging(config: EdgeConfig, override: str | None) -> None:
     else:
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    # The mcp SDK and its HTTP client log request bodies (tool arguments) at DEBUG: keep them out.
+    for noisy in ("mcp", "httpx", "httpx2", "httpcore"):
+        logging.getLogger(noisy).setLevel(max(logging.INFO, logging.getLevelName(level)))
 
 
 def _load(args: argparse.Namespace) -> EdgeConfig:

@@ -27,6 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from edge_agent.errors import ConfigError
+from edge_agent.mcp.config import McpServers
 from edge_agent.policy import Policy
 
 __all__ = [
@@ -89,6 +90,8 @@ class EdgeConfig(_Strict):
     name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
     policy_file: Path | None = None
     policy: Policy | None = None
+    #: Private MCP servers this edge fronts (their credentials stay here; see edge_agent.mcp.config).
+    mcp_servers: McpServers = ()
     sandbox: SandboxConfig = SandboxConfig()
     connection: ConnectionConfig = ConnectionConfig()
     results: ResultsConfig = ResultsConfig()

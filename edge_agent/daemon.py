@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import signal
 from types import TracebackType
@@ -24,6 +25,7 @@ from edge_agent.dispatch import Dispatcher
 from edge_agent.errors import ConfigError
 from edge_agent.identity import Identity
 from edge_agent.journal import ResultJournal
+from edge_agent.mcp import McpCatalog, McpHub
 from edge_agent.policy import Policy
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
 _JOURNAL_PRUNE_INTERVAL_S = 3600.0
+_MCP_START_WAIT_S = 5.0  # how long start-up waits for MCP servers before dialling out
 
 
 class EdgeAgent:
@@ -51,6 +54,7 @@ class EdgeAgent:
         self.manager: SandboxManager | None = None
         self.journal: ResultJournal | None = None
         self.link: Link | None = None
+        self.mcp: McpHub | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -85,7 +89,10 @@ class EdgeAgent:
             name_prefix=cfg.sandbox.name_prefix,
         )
         await self.manager.start()
-        dispatcher = Dispatcher(self.manager, self.policy, self.journal)
+        if cfg.mcp_servers:
+            self.mcp = McpHub(cfg.mcp_servers, self.policy.mcp, on_change=self._catalog_changed)
+            await self.mcp.start(wait_s=_MCP_START_WAIT_S)
+        dispatcher = Dispatcher(self.manager, self.policy, self.journal, mcp=self.mcp)
         self.link = Link(
             connect=self._connect,
             hello=self._hello,
@@ -120,16 +127,36 @@ class EdgeAgent:
             tls_server_name=self.config.control_plane.tls_server_name,
         )
 
+    def _catalog_json(self) -> tuple[str, str]:
+        if self.mcp is None:
+            return "", ""
+        catalog = self.mcp.catalog()
+        return catalog.digest, json.dumps(catalog.to_dict(), separators=(",", ":"))
+
+    def _catalog_changed(self, _catalog: McpCatalog) -> None:
+        if self.link is not None:
+            digest, text = self._catalog_json()
+            self.link.send_catalog(digest, text)
+
     def _hello(self) -> Hello:
+        digest, catalog = self._catalog_json()
         return Hello(
             edge_id=self.edge_id,
             software_version=SOFTWARE_VERSION,
             protocol_version=PROTOCOL_VERSION,
-            capabilities=("provision", "destroy", *(f"tool:{t}" for t in TOOLS)),
+            capabilities=(
+                "provision",
+                "destroy",
+                "egress",
+                *(("mcp",) if self.mcp is not None else ()),
+                *(f"tool:{t}" for t in TOOLS),
+            ),
             policy_digest=self.policy.digest(),
             sandbox_capacity=self.policy.max_sandboxes,
             sandboxes_in_use=self.manager.in_use() if self.manager else 0,
             environment_id=self.identity.environment_id,
+            mcp_catalog_digest=digest,
+            mcp_catalog_json=catalog,
         )
 
     async def _prune_journal(self) -> None:
@@ -167,6 +194,8 @@ class EdgeAgent:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self.mcp is not None:
+            await self.mcp.close()
         if self.manager is not None:
             await self.manager.close()
         if self.runtime is not None:

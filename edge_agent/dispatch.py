@@ -16,6 +16,7 @@ three rules:
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import time
@@ -24,12 +25,23 @@ from typing import Any
 
 from edge_agent.errors import EdgeError
 from edge_agent.journal import JournalState, ResultJournal
+from edge_agent.mcp import McpConnectionFailed, McpError, McpHub, McpInvalidArguments
 from edge_agent.policy import Policy
 from edge_agent.sandbox import SandboxLimits, SandboxManager
 from outpost_wire.codec import decode_outcome, encode_outcome
 from outpost_wire.errors import ErrorCode
-from outpost_wire.frames import Destroy, Destroyed, Execute, Failure, Outcome, Provision, Provisioned, Request
-from outpost_wire.results import ToolResult
+from outpost_wire.frames import (
+    Destroy,
+    Destroyed,
+    Execute,
+    Failure,
+    McpCall,
+    Outcome,
+    Provision,
+    Provisioned,
+    Request,
+)
+from outpost_wire.results import ContentBlock, ImageBlock, TextBlock, ToolResult
 
 __all__ = ["Dispatcher"]
 
@@ -48,8 +60,10 @@ class Dispatcher:
         policy: Policy,
         journal: ResultJournal,
         *,
+        mcp: McpHub | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        self._mcp = mcp
         self._manager = manager
         self._policy = policy
         self._journal = journal
@@ -102,7 +116,7 @@ class Dispatcher:
 
     async def _route(self, request: Request) -> Outcome:
         op = request.op
-        if isinstance(op, Execute):
+        if isinstance(op, Execute | McpCall):
             return await self._execute(request, op)
         if isinstance(op, Provision):
             limits = self._resolve(op)
@@ -125,11 +139,16 @@ class Dispatcher:
             allowed_hosts=op.egress.allowed_hosts,
         )
 
-    async def _execute(self, request: Request, op: Execute) -> Outcome:
+    async def _execute(self, request: Request, op: Execute | McpCall) -> Outcome:
         key = request.idempotency_key or request.request_id
         task = self._running.get(key)
         if task is None:
-            task = asyncio.create_task(self._run_once(key, request, op), name=f"exec-{key}")
+            work = (
+                self._run_once(key, request, op)
+                if isinstance(op, Execute)
+                else self._mcp_once(key, request, op)
+            )
+            task = asyncio.create_task(work, name=f"exec-{key}")
             self._running[key] = task
             task.add_done_callback(lambda _t: self._running.pop(key, None))
         else:
@@ -157,6 +176,38 @@ class Dispatcher:
         await self._journal.finish(key, encode_outcome(outcome))
         return outcome
 
+    async def _mcp_once(self, key: str, request: Request, op: McpCall) -> Outcome:
+        """One call to a private MCP server, journaled like a sandbox tool call."""
+        if self._mcp is None:
+            return Failure(
+                ErrorCode.POLICY_DENIED, "this edge fronts no MCP servers (policy rule: mcp.servers)"
+            )
+        try:
+            arguments = json.loads(op.arguments_json) if op.arguments_json else {}
+        except json.JSONDecodeError as exc:
+            return ToolResult.error(f"MCP tool arguments are not valid JSON: {exc.msg}")
+        if not isinstance(arguments, dict):
+            return ToolResult.error("MCP tool arguments must be a JSON object")
+        existing = await self._journal.start(key, request.session_id)
+        if existing is not None:
+            if existing.state is JournalState.FINISHED and existing.outcome is not None:
+                return decode_outcome(existing.outcome)
+            return ToolResult.error(INTERRUPTED_MESSAGE)
+        timeout_s = op.timeout_ms / 1000 if op.timeout_ms else None
+        outcome: Outcome
+        try:
+            result = await self._mcp.call(op.server, op.tool, arguments, timeout_s=timeout_s)
+        except McpConnectionFailed as exc:
+            outcome = Failure(ErrorCode.MCP_CONNECTION_FAILED, str(exc))
+        except McpInvalidArguments as exc:
+            outcome = ToolResult.error(str(exc))
+        except McpError as exc:  # not allowed by the local policy: the message names the rule
+            outcome = Failure(exc.code, str(exc))
+        else:
+            outcome = ToolResult(content=_blocks(result.content_dicts()), is_error=result.is_error)
+        await self._journal.finish(key, encode_outcome(outcome))
+        return outcome
+
     async def _run_tool(
         self, session_id: str, op: Execute, tool_input: dict[str, Any], limits: SandboxLimits
     ) -> Outcome:
@@ -171,3 +222,17 @@ class Dispatcher:
             if exc.code in (ErrorCode.POLICY_DENIED, ErrorCode.CAPACITY_EXHAUSTED):
                 return Failure(exc.code, str(exc))
             return ToolResult.error(str(exc))
+
+
+def _blocks(content: list[dict[str, Any]]) -> tuple[ContentBlock, ...]:
+    """Anthropic-style content dicts (from the MCP hub) as wire content blocks."""
+    out: list[ContentBlock] = []
+    for block in content:
+        if block.get("type") == "image":
+            source = block.get("source", {})
+            out.append(
+                ImageBlock(str(source.get("media_type", "")), base64.b64decode(source.get("data", "")))
+            )
+        else:
+            out.append(TextBlock(str(block.get("text", ""))))
+    return tuple(out)

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edge_agent.egress import Allowlist, EgressMode, EgressSpec
 from edge_agent.errors import PolicyDenied
+from edge_agent.mcp.config import McpPolicy
 from edge_agent.sandbox import SandboxLimits
 
 __all__ = ["EgressPolicy", "ImagePolicy", "LimitsPolicy", "Policy"]
@@ -108,6 +109,8 @@ class Policy(_Strict):
     limits: LimitsPolicy = LimitsPolicy()
     egress: EgressPolicy = EgressPolicy()
     max_sandboxes: int = Field(8, ge=1, le=1024)
+    #: Which private MCP servers (and which of their tools) sessions may use. Default: none.
+    mcp: McpPolicy = McpPolicy()
 
     def digest(self) -> str:
         """sha256 of the canonical JSON form; reported to the control plane in hello."""

@@ -22,12 +22,11 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from edge_agent.config import ConnectionConfig
 from edge_agent.connection.backoff import Backoff
 from edge_agent.connection.transport import Transport, TransportError
-from outpost_wire.errors import ErrorCode
+from outpost_wire.errors import ErrorCode, OutpostError
 from outpost_wire.frames import Failure, Hello, Outcome, Request
 from outpost_wire.session import (
     CancelReceived,
@@ -42,6 +41,9 @@ from outpost_wire.session import (
     TunnelSession,
     WelcomeReceived,
 )
+
+if TYPE_CHECKING:  # config imports the MCP package, which uses this package's backoff
+    from edge_agent.config import ConnectionConfig
 
 __all__ = ["Link", "LinkState", "RequestHandler"]
 
@@ -261,6 +263,18 @@ class Link:
             outcome = Failure(ErrorCode.CANCELLED, "cancelled")
         self.session.send_result(request.request_id, outcome)
         self._changed.set()
+        self._wake_writer.set()
+
+    def send_catalog(self, digest: str, catalog_json: str) -> None:
+        """Advertise a changed MCP catalog now if the tunnel is up (otherwise the next hello
+        carries it)."""
+        if not self.connected.is_set():
+            return
+        try:
+            self.session.send_catalog(digest, catalog_json)
+        except OutpostError as exc:
+            log.warning("could not advertise the MCP catalog: %s", exc)
+            return
         self._wake_writer.set()
 
     # -- shutdown -----------------------------------------------------------------------------

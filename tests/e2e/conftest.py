@@ -174,7 +174,11 @@ def enroll(control_plane: ControlPlane, api: Api, tmp_path: Path) -> Callable[..
     counter = 0
 
     async def _enroll(
-        environment_id: str, *, policy: dict[str, Any] | None = None, idle_pause_s: float = 60.0
+        environment_id: str,
+        *,
+        policy: dict[str, Any] | None = None,
+        idle_pause_s: float = 60.0,
+        extra: dict[str, Any] | None = None,
     ) -> EnrolledEdge:
         nonlocal counter
         counter += 1
@@ -203,6 +207,7 @@ def enroll(control_plane: ControlPlane, api: Api, tmp_path: Path) -> Callable[..
         }
         if policy is not None:
             config["policy"] = policy
+        config.update(extra or {})
         config_path = state_dir / "config.yaml"
         config_path.write_text(yaml.safe_dump(config))
         return EnrolledEdge(identity, state_dir, config_path)
