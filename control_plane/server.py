@@ -144,7 +144,7 @@ class ControlPlane:
             api_key = "unset"
         base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
-        self.mcp = self._mcp_router()
+        self.mcp = self._mcp_router(self._vault_credentials)
         self.harness = Harness(self.store, self.gateway, self.bus, self.model, cfg.harness, mcp=self.mcp)
         await self.harness.start()
 
@@ -192,6 +192,18 @@ class ControlPlane:
         by the control plane itself with the headers ``credentials(session_id, url)`` gives (the
         seam for the vault's broker; no headers by default)."""
         return McpRouter(self.gateway, credentials=credentials)
+
+    async def _vault_credentials(self, session_id: str, url: str) -> dict[str, str]:
+        """Headers for an MCP server the control plane calls itself, from the session's vaults:
+        the broker issues and redeems a capability bound to the session's current lease epoch
+        (the harness holding the lease is the caller), and the plaintext goes only into the
+        request headers."""
+        if self.vault is None or self.store is None:
+            return {}
+        lease = await self.store.get_lease(session_id)
+        if lease is None:
+            return {}
+        return await self.vault.broker.mcp_headers(session_id, lease.epoch, url)
 
     async def _ensure_admin_key(self) -> None:
         """On first start, make an admin API key and leave it in a 0600 file in the data dir."""

@@ -3,6 +3,8 @@
 - :mod:`~control_plane.harness.step`: the pure step function (log in, next actions out);
 - :mod:`~control_plane.harness.fold`: how the log is read (turns, conversation, tool uses);
 - :mod:`~control_plane.harness.agent`: the agent's tools and permission policies;
+- :mod:`~control_plane.harness.mcp_offer`: the MCP tools offered to the model (pure);
+- :mod:`~control_plane.harness.mcp_calls`: listing and calling them through an ``McpBackend``;
 - :mod:`~control_plane.harness.events`: event types and the drafts the harness appends;
 - :mod:`~control_plane.harness.driver`: performs decisions (model calls, tool calls, appends);
 - :mod:`~control_plane.harness.model`: the model seam and the ``anthropic`` SDK implementation;
@@ -16,6 +18,8 @@ from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.driver import ToolGateway
 from control_plane.harness.lease import LeaseKeeper
+from control_plane.harness.mcp_calls import McpBackend
+from control_plane.harness.mcp_offer import McpOffer
 from control_plane.harness.model import (
     AnthropicModelClient,
     BlockStart,
@@ -27,7 +31,7 @@ from control_plane.harness.model import (
     TextDelta,
 )
 from control_plane.harness.runner import Harness
-from control_plane.harness.step import CallModel, Decision, DispatchTool, step
+from control_plane.harness.step import CallModel, Decision, DispatchMcpTool, DispatchTool, step
 
 __all__ = [
     "AgentSpec",
@@ -35,10 +39,13 @@ __all__ = [
     "BlockStart",
     "CallModel",
     "Decision",
+    "DispatchMcpTool",
     "DispatchTool",
     "Harness",
     "HarnessConfig",
     "LeaseKeeper",
+    "McpBackend",
+    "McpOffer",
     "ModelClient",
     "ModelError",
     "ModelRetryableError",

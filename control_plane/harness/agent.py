@@ -7,19 +7,33 @@ agent's order) so that prompt caching keeps hitting. Nothing here does I/O.
 Toolset policies: ``always_allow`` → ``evaluated_permission: allow``; ``always_ask`` → ``ask`` (the
 call waits for ``user.tool_confirmation``); ``auto`` → ``allow`` (Outpost has no risk classifier
 yet; documented deviation). Tools the model names that the agent does not enable are ``deny``.
-``web_fetch`` / ``web_search`` (server-executed upstream) and MCP toolsets are not offered yet.
+``web_fetch`` / ``web_search`` (server-executed upstream) are not offered yet.
+
+MCP servers: each ``mcp_servers`` entry that an ``mcp_toolset`` refers to becomes an
+:class:`McpServerSpec` (its URL, the toolset's ``default_config`` and per-tool ``configs``). Which of
+its tools are offered depends on what the server lists at the time
+(:mod:`~control_plane.harness.mcp_offer`); their policies map as above (default ``always_ask``).
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from control_plane.sessions.agent_config import agent_tool_settings
 
-__all__ = ["TOOLSET_ORDER", "AgentSpec", "CustomTool", "Permission", "ToolsetTool"]
+__all__ = [
+    "TOOLSET_ORDER",
+    "AgentSpec",
+    "CustomTool",
+    "McpServerSpec",
+    "McpToolSetting",
+    "Permission",
+    "ToolsetTool",
+    "permission_of",
+]
 
 #: The sandbox tools of ``agent_toolset_20260401``, in the order the model sees them.
 TOOLSET_ORDER: tuple[str, ...] = ("bash", "edit", "read", "write", "glob", "grep")
@@ -110,6 +124,12 @@ _TOOLSET_DEFINITIONS: dict[str, dict[str, Any]] = {
 }
 
 _POLICY_TO_PERMISSION = {"always_allow": "allow", "always_ask": "ask", "auto": "allow"}
+_MCP_DEFAULT_POLICY = "always_ask"
+
+
+def permission_of(policy: str) -> str:
+    """The ``evaluated_permission`` of a configured policy (an unknown policy asks)."""
+    return _POLICY_TO_PERMISSION.get(policy, "ask")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +160,33 @@ class CustomTool:
 
 
 @dataclass(frozen=True, slots=True)
+class McpToolSetting:
+    """One entry of an ``mcp_toolset``'s ``configs``."""
+
+    name: str
+    enabled: bool
+    policy: str
+
+
+@dataclass(frozen=True, slots=True)
+class McpServerSpec:
+    """An MCP server of the agent and its toolset's switches."""
+
+    name: str
+    url: str
+    default_enabled: bool = True
+    default_policy: str = _MCP_DEFAULT_POLICY
+    configs: tuple[McpToolSetting, ...] = ()
+
+    def setting(self, tool: str) -> tuple[bool, str]:
+        """``(enabled, policy)`` of the server's tool ``tool``."""
+        for config in self.configs:
+            if config.name == tool:
+                return config.enabled, config.policy
+        return self.default_enabled, self.default_policy
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSpec:
     """What the harness needs from the session's resolved ``agent`` snapshot."""
 
@@ -147,6 +194,7 @@ class AgentSpec:
     system: str | None
     toolset: tuple[ToolsetTool, ...] = ()
     custom: tuple[CustomTool, ...] = ()
+    mcp_servers: tuple[McpServerSpec, ...] = ()
 
     @classmethod
     def from_json(cls, agent: Mapping[str, Any]) -> AgentSpec:
@@ -180,6 +228,7 @@ class AgentSpec:
             system=system if isinstance(system, str) and system else None,
             toolset=tuple(ToolsetTool(name, policies[name]) for name in TOOLSET_ORDER if name in policies),
             custom=tuple(custom),
+            mcp_servers=_mcp_servers(agent.get("mcp_servers"), raw_tools),
         )
 
     @property
@@ -197,8 +246,14 @@ class AgentSpec:
                 return Permission("custom", "allow")
         return Permission("unknown", "deny")
 
-    def tools_param(self) -> list[dict[str, Any]]:
-        """The Messages API ``tools``, in a stable order, ``cache_control`` on the last one."""
+    @property
+    def reserved_tool_names(self) -> frozenset[str]:
+        """The names of the toolset's and the custom tools (MCP tools must not take them)."""
+        return frozenset(t.name for t in self.toolset) | frozenset(c.name for c in self.custom)
+
+    def tools_param(self, mcp_tools: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
+        """The Messages API ``tools``, in a stable order (the toolset's, then ``mcp_tools`` as
+        given, then the custom tools), ``cache_control`` on the last one."""
         tools: list[dict[str, Any]] = []
         for tool in self.toolset:
             definition = _TOOLSET_DEFINITIONS[tool.name]
@@ -209,6 +264,7 @@ class AgentSpec:
                     "input_schema": copy.deepcopy(definition["input_schema"]),
                 }
             )
+        tools.extend(copy.deepcopy(dict(t)) for t in mcp_tools)
         for custom in self.custom:
             tools.append(
                 {
@@ -226,3 +282,36 @@ class AgentSpec:
         if self.system is None:
             return None
         return [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}]
+
+
+def _mcp_servers(servers: Any, tools: Sequence[Mapping[str, Any]]) -> tuple[McpServerSpec, ...]:
+    """The servers of ``mcp_servers`` (in that order) that an ``mcp_toolset`` refers to."""
+    toolsets = {t.get("mcp_server_name"): t for t in tools if t.get("type") == "mcp_toolset"}
+    specs: list[McpServerSpec] = []
+    for server in servers if isinstance(servers, list) else ():
+        if not isinstance(server, Mapping):
+            continue
+        name, url = server.get("name"), server.get("url")
+        toolset = toolsets.get(name)
+        if not isinstance(name, str) or not isinstance(url, str) or toolset is None:
+            continue
+        default = toolset.get("default_config")
+        default = default if isinstance(default, Mapping) else {}
+        default_policy = _policy_type(default.get("permission_policy"), _MCP_DEFAULT_POLICY)
+        default_enabled = default.get("enabled") is not False
+        configs = tuple(
+            McpToolSetting(
+                name=str(c["name"]),
+                enabled=default_enabled if c.get("enabled") is None else bool(c["enabled"]),
+                policy=_policy_type(c.get("permission_policy"), default_policy),
+            )
+            for c in toolset.get("configs") or ()
+            if isinstance(c, Mapping) and isinstance(c.get("name"), str)
+        )
+        specs.append(McpServerSpec(name, url, default_enabled, default_policy, configs))
+    return tuple(specs)
+
+
+def _policy_type(policy: Any, default: str) -> str:
+    kind = policy.get("type") if isinstance(policy, Mapping) else None
+    return kind if isinstance(kind, str) else default

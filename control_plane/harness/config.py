@@ -39,6 +39,8 @@ class HarnessConfig(BaseModel):
     eager_provision: bool = False
     #: Deadline of one tool call; ``None`` leaves it to the gateway (bash's ``timeout_ms`` or its default).
     tool_timeout_s: float | None = Field(None, gt=0)
+    #: Deadline of one MCP tool call; ``None`` leaves it to the MCP router's default.
+    mcp_tool_timeout_s: float | None = Field(None, gt=0)
     #: After an unexpected harness error on a session, wake it again after this long.
     error_retry_s: float = Field(5.0, gt=0)
 

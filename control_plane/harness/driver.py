@@ -5,8 +5,13 @@ The driver holds no state of its own that matters: it folds the log incrementall
 epoch; the first append of a decision guarded with ``expected_seq`` at the position the decision was
 made, so input that arrived meanwhile makes it decide again), model calls (streamed, deltas fanned
 out on the bus, the whole outcome appended at once), tool calls through the gateway (the
-``agent.tool_use`` event id is the idempotency key), and session resource updates (``status``,
+``agent.tool_use`` event id is the idempotency key), MCP calls through the MCP backend (the
+``agent.mcp_tool_use`` event id is the key), and session resource updates (``status``,
 ``usage``). After every append it publishes ``publish_persisted``.
+
+Before a model call of an agent with MCP servers, the driver lists their tools (the servers not
+already found unavailable this turn) and decides again with that offer as data
+(:mod:`~control_plane.harness.mcp_offer`): the step function stays pure.
 
 Stopping: ``Fenced`` on an append or a lost lease stops the session's work quietly (another harness
 owns it now); ``user.interrupt`` cancels the model stream or tool call in flight, and the next step
@@ -31,10 +36,13 @@ from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState
 from control_plane.harness.lease import LeaseKeeper
+from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
+from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
 from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
 from control_plane.harness.step import (
     CallModel,
     Decision,
+    DispatchMcpTool,
     DispatchTool,
     decide,
     model_failure_events,
@@ -87,6 +95,7 @@ class DriverContext:
     provisioned: set[str] = field(default_factory=set)  # sessions known to have a sandbox
     background: set[asyncio.Task[None]] = field(default_factory=set)  # speculative provisioning
     new_id: Callable[[], str] = ev.new_event_id
+    mcp: McpBackend | None = None  # None: MCP servers are reported unavailable
 
 
 class _Stop(Exception):
@@ -145,6 +154,12 @@ class SessionDriver:
                 raise _Stop("lease lost")
             await self._refresh()
             decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock())
+            if isinstance(decision.effect, CallModel) and self._agent.mcp_servers:
+                try:
+                    offer = await self._interruptible(self._mcp_offer(self._agent))
+                except _Interrupted:
+                    continue  # the next decision ends the turn
+                decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock(), offer)
             if decision.idle:
                 log.debug("session %s: %s", self._sid, decision.reason)
                 break
@@ -194,6 +209,8 @@ class SessionDriver:
             await self._call_model(decision.effect, start_id)
         elif isinstance(decision.effect, DispatchTool):
             await self._dispatch(decision.effect)
+        elif isinstance(decision.effect, DispatchMcpTool):
+            await self._dispatch_mcp(decision.effect)
 
     async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
         events = [NewEvent(d.id or self._ctx.new_id(), d.type, d.payload) for d in drafts]
@@ -274,7 +291,7 @@ class SessionDriver:
             if timer is not None:
                 timer.cancel()
         block_ids = _block_event_ids(message, ids, self._ctx.new_id)
-        drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before)
+        drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before, call.mcp)
         await self._append(drafts)
         await self._update_resource(usage=drafts[-1].payload["usage"])
 
@@ -366,6 +383,29 @@ class SessionDriver:
                 self._ctx.provisioned.add(self._sid)
                 content, is_error = result.to_json(), result.is_error
         await self._append([ev.tool_result(call.tool_use_id, content, is_error=is_error)])
+
+    async def _mcp_offer(self, agent: AgentSpec) -> McpOffer:
+        """The MCP tools for the next model request, from the servers' current tool lists."""
+        servers = servers_to_list(agent, self._state.mcp_down)
+        listings = await list_servers(self._ctx.mcp, self._sid, self.environment_id, servers)
+        return build_offer(agent, listings)
+
+    async def _dispatch_mcp(self, call: DispatchMcpTool) -> None:
+        assert self._agent is not None
+        try:
+            draft = await self._interruptible(
+                call_tool(
+                    self._ctx.mcp,
+                    self._agent,
+                    self._sid,
+                    self.environment_id,
+                    call,
+                    self._ctx.config.mcp_tool_timeout_s,
+                )
+            )
+        except _Interrupted:
+            return  # the next step answers the call as interrupted and ends the turn
+        await self._append([draft])
 
     # -- interruption -------------------------------------------------------------------------------
     async def _interruptible(self, awaitable: Awaitable[_T]) -> _T:

@@ -15,7 +15,13 @@ Two payload fields are Outpost extensions, written on ``span.model_request_end``
   sent again.
 * ``content_event_ids`` — for each content block of that message, the id of the session event
   that shows it (``agent.message`` / ``agent.thinking`` / ``agent.tool_use`` /
-  ``agent.custom_tool_use``); ``user.tool_result`` answers an event id, the model needs the block id.
+  ``agent.mcp_tool_use`` / ``agent.custom_tool_use``); ``user.tool_result`` answers an event id,
+  the model needs the block id.
+
+``agent.mcp_tool_result`` carries four more: ``mcp_server_name`` and ``tool`` (what was called),
+``outcome`` (``ok`` | ``tool_error`` | ``policy_denied`` | a ``session.error`` type such as
+``mcp_connection_failed_error``; ``denied`` / ``interrupted`` when no call was made) and
+``latency_ms`` (only when a call was made). Never a credential.
 """
 
 from __future__ import annotations
@@ -28,6 +34,8 @@ from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, new_event_id
 
 __all__ = [
     "AGENT_CUSTOM_TOOL_USE",
+    "AGENT_MCP_TOOL_RESULT",
+    "AGENT_MCP_TOOL_USE",
     "AGENT_MESSAGE",
     "AGENT_THINKING",
     "AGENT_TOOL_RESULT",
@@ -50,6 +58,8 @@ __all__ = [
     "USER_TOOL_RESULT",
     "Draft",
     "LogEvent",
+    "mcp_server_error",
+    "mcp_tool_result",
     "new_event_id",
     "session_error",
     "span_end_failed",
@@ -85,6 +95,8 @@ AGENT_THINKING = "agent.thinking"
 AGENT_TOOL_USE = "agent.tool_use"
 AGENT_TOOL_RESULT = "agent.tool_result"
 AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
+AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
+AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
 SESSION_STATUS_RUNNING = "session.status_running"
 SESSION_STATUS_IDLE = "session.status_idle"
 SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
@@ -136,6 +148,31 @@ def tool_result(tool_use_id: str, content: Sequence[Mapping[str, Any]], *, is_er
     )
 
 
+def mcp_tool_result(
+    mcp_tool_use_id: str,
+    content: Sequence[Mapping[str, Any]],
+    *,
+    is_error: bool,
+    server: str,
+    tool: str,
+    outcome: str,
+    latency_ms: float | None = None,
+) -> Draft:
+    """``agent.mcp_tool_result`` answering the ``agent.mcp_tool_use`` event ``mcp_tool_use_id``,
+    with the Outpost extension fields (see the module docstring)."""
+    payload: dict[str, Any] = {
+        "mcp_tool_use_id": mcp_tool_use_id,
+        "content": [dict(b) for b in content],
+        "is_error": is_error,
+        "mcp_server_name": server,
+        "tool": tool,
+        "outcome": outcome,
+    }
+    if latency_ms is not None:
+        payload["latency_ms"] = latency_ms
+    return Draft(AGENT_MCP_TOOL_RESULT, payload)
+
+
 def status_idle(stop_type: str, event_ids: Sequence[str] | None = None) -> Draft:
     """``session.status_idle`` with ``stop_reason {type}`` (and ``event_ids`` for requires_action)."""
     stop_reason: dict[str, Any] = {"type": stop_type}
@@ -150,6 +187,14 @@ def session_error(error_type: str, message: str, retry_status: str) -> Draft:
         SESSION_ERROR,
         {"error": {"type": error_type, "message": message, "retry_status": {"type": retry_status}}},
     )
+
+
+def mcp_server_error(error_type: str, server: str, message: str) -> Draft:
+    """The non-fatal ``session.error`` for an MCP server whose tools could not be listed
+    (``retry_status: retrying``: the next turn tries the server again)."""
+    draft = session_error(error_type, message, "retrying")
+    draft.payload["error"]["mcp_server_name"] = server
+    return draft
 
 
 def span_end_failed(start_id: str) -> Draft:

@@ -13,7 +13,11 @@ The conversation sent to the model is rebuilt from the log alone:
 * each ``span.model_request_end`` carrying ``assistant_message`` adds that complete message as the
   assistant turn (original ``tool_use`` ids, thinking signatures) and opens its tool uses;
 * a tool use is answered by the first ``agent.tool_result`` / ``user.tool_result`` /
-  ``user.custom_tool_result`` naming its event id; later answers are ignored;
+  ``user.custom_tool_result`` / ``agent.mcp_tool_result`` naming its event id; later answers are
+  ignored. An ``agent.mcp_tool_use`` names the MCP server and the server's own tool name; the
+  model's ``tool_use`` block keeps the namespaced name it called;
+* a ``session.error`` about an MCP server (``mcp_*`` with ``mcp_server_name``) marks the server
+  unavailable for the rest of the turn; it is not a failed model request;
 * a turn ends at ``session.status_idle`` (except ``requires_action``, which only pauses it). When it
   ends by ``user.interrupt``, the inputs queued before the interrupt are folded into the
   conversation without a turn of their own (control returns to the user); on ``retries_exhausted``
@@ -25,7 +29,7 @@ from __future__ import annotations
 
 import copy
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -65,6 +69,7 @@ class ToolUse:
     input: dict[str, Any]
     custom: bool
     permission: str  # allow | ask | deny (custom tools: allow)
+    mcp_server: str | None = None  # agent.mcp_tool_use: the server (``name`` is its tool's name)
     answer: Answer | None = None
     confirmation: str | None = None  # allow | deny, from user.tool_confirmation
     deny_message: str | None = None
@@ -90,6 +95,7 @@ class SessionState:
     last_stop_reason: str | None = None  # of the latest assistant message in this turn
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_USAGE_KEYS, 0))
     sandbox_used: bool = False  # an agent.tool_result exists (a sandbox was made at some point)
+    mcp_down: set[str] = field(default_factory=set)  # MCP servers reported unavailable this turn
     last_seq: int = 0
     _tools: dict[str, ToolUse] = field(default_factory=dict)
     _tool_events: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -162,6 +168,7 @@ class SessionState:
         self._end_turn()
 
     def _end_turn(self) -> None:
+        self.mcp_down.clear()
         self.in_turn = False
         self.interrupt_pending = False
         self.requires_action = None
@@ -200,13 +207,15 @@ class SessionState:
             event_id = str(event_ids[index])
             kind, tool_payload = self._tool_events.get(event_id, (ev.AGENT_TOOL_USE, {}))
             custom = kind == ev.AGENT_CUSTOM_TOOL_USE
+            mcp = kind == ev.AGENT_MCP_TOOL_USE
             tool = ToolUse(
                 event_id=event_id,
                 block_id=str(block.get("id")),
-                name=str(block.get("name")),
+                name=str(tool_payload.get("name") if mcp else block.get("name")),
                 input=dict(block.get("input") or {}),
                 custom=custom,
                 permission="allow" if custom else str(tool_payload.get("evaluated_permission", "allow")),
+                mcp_server=str(tool_payload.get("mcp_server_name")) if mcp else None,
             )
             self.open_tools.append(tool)
             self._tools[event_id] = tool
@@ -215,8 +224,7 @@ class SessionState:
         self._tool_events[event.id] = (event.type, event.payload)
 
     def _answer(self, event: ev.LogEvent) -> None:
-        key = "custom_tool_use_id" if event.type == ev.USER_CUSTOM_TOOL_RESULT else "tool_use_id"
-        tool = self._tools.get(str(event.payload.get(key)))
+        tool = self._tools.get(str(event.payload.get(_ANSWER_KEYS.get(event.type, "tool_use_id"))))
         if event.type == ev.AGENT_TOOL_RESULT:
             self.sandbox_used = True
         if tool is None or tool.answer is not None:
@@ -236,7 +244,14 @@ class SessionState:
 
     def _error(self, event: ev.LogEvent) -> None:
         error = event.payload.get("error")
-        retry = error.get("retry_status") if isinstance(error, Mapping) else None
+        if not isinstance(error, Mapping):
+            return
+        server = error.get("mcp_server_name")
+        if str(error.get("type", "")).startswith("mcp_") and isinstance(server, str):
+            if self.in_turn:
+                self.mcp_down.add(server)
+            return
+        retry = error.get("retry_status")
         if isinstance(retry, Mapping) and retry.get("type") == "retrying":
             self.failures += 1
 
@@ -271,6 +286,11 @@ class SessionState:
         return messages
 
 
+_ANSWER_KEYS = {
+    ev.USER_CUSTOM_TOOL_RESULT: "custom_tool_use_id",
+    ev.AGENT_MCP_TOOL_RESULT: "mcp_tool_use_id",
+}
+
 _HANDLERS = {
     ev.USER_MESSAGE: SessionState._input,
     ev.SYSTEM_MESSAGE: SessionState._system_message,
@@ -283,6 +303,8 @@ _HANDLERS = {
     ev.SPAN_MODEL_REQUEST_END: SessionState._span_end,
     ev.AGENT_TOOL_USE: SessionState._tool_use,
     ev.AGENT_CUSTOM_TOOL_USE: SessionState._tool_use,
+    ev.AGENT_MCP_TOOL_USE: SessionState._tool_use,
+    ev.AGENT_MCP_TOOL_RESULT: SessionState._answer,
     ev.AGENT_TOOL_RESULT: SessionState._answer,
     ev.USER_TOOL_RESULT: SessionState._answer,
     ev.USER_CUSTOM_TOOL_RESULT: SessionState._answer,
@@ -299,9 +321,16 @@ def fold(events: Iterable[ev.LogEvent]) -> SessionState:
     return state
 
 
-def build_request(agent: AgentSpec, state: SessionState, *, max_tokens: int) -> dict[str, Any]:
+def build_request(
+    agent: AgentSpec,
+    state: SessionState,
+    *,
+    max_tokens: int,
+    mcp_tools: Sequence[Mapping[str, Any]] = (),
+) -> dict[str, Any]:
     """The Messages API request for the next model call (``cache_control`` on the system prompt,
-    the last tool and the last block of the last user message)."""
+    the last tool and the last block of the last user message). ``mcp_tools``: the definitions
+    of the MCP tools offered (they go between the toolset's tools and the custom tools)."""
     messages = state.conversation()
     if messages and messages[-1]["role"] == "user" and messages[-1]["content"]:
         messages[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
@@ -309,7 +338,7 @@ def build_request(agent: AgentSpec, state: SessionState, *, max_tokens: int) -> 
     system = agent.system_param()
     if system is not None:
         request["system"] = system
-    tools = agent.tools_param()
+    tools = agent.tools_param(mcp_tools)
     if tools:
         request["tools"] = tools
     return request

@@ -13,7 +13,7 @@ lease (sessions of a harness that died), and keeps sweeping for expired leases e
 
 Lifecycle: ``async with Harness(...)`` (or ``start`` / ``close``). ``close`` cancels the session
 tasks and releases their leases, so another harness can resume them at once; the log makes that
-safe at any point. The model client is the caller's to close.
+safe at any point. The model client and the MCP backend are the caller's to close.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from control_plane.errors import NotFound
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.driver import DriverContext, SessionDriver, ToolGateway
 from control_plane.harness.lease import LeaseKeeper
+from control_plane.harness.mcp_calls import McpBackend
 from control_plane.harness.model import ModelClient
 from control_plane.store.base import Order, Resource, Store
 
@@ -67,11 +68,15 @@ class Harness:
         *,
         holder_id: str | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        mcp: McpBackend | None = None,
     ) -> None:
+        """``mcp``: how the agents' MCP servers are reached (``control_plane.mcp.McpRouter``);
+        without it, MCP servers are reported unavailable and their tools not offered. Like the
+        model client, it is the caller's to close."""
         self.config = config or HarnessConfig()
         self.holder_id = holder_id or "harness_" + secrets.token_hex(8)
         self._ctx = DriverContext(
-            store=store, gateway=gateway, model=model, bus=bus, config=self.config, clock=clock
+            store=store, gateway=gateway, model=model, bus=bus, config=self.config, clock=clock, mcp=mcp
         )
         self._slots: dict[str, _Slot] = {}
         self._environments: dict[str, str] = {}  # session id -> environment id, for destroy

@@ -1,10 +1,18 @@
 """The harness as a pure step function: given the agent and the session log, the next actions.
 
-``step(agent, events, config, now)`` folds the log (:mod:`~control_plane.harness.fold`) and returns
-a :class:`Decision`: wait ``delay_s``, append ``appends``, then perform at most one ``effect``
-(:class:`CallModel` or :class:`DispatchTool`). The driver performs it and steps again on the new
-log; an empty decision means there is nothing to do until new input arrives. No I/O, no clock
-(``now`` is passed in), no randomness: a recorded log replays to the same decisions.
+``step(agent, events, config, now, mcp)`` folds the log (:mod:`~control_plane.harness.fold`) and
+returns a :class:`Decision`: wait ``delay_s``, append ``appends``, then perform at most one
+``effect`` (:class:`CallModel`, :class:`DispatchTool` or :class:`DispatchMcpTool`). The driver
+performs it and steps again on the new log; an empty decision means there is nothing to do until
+new input arrives. No I/O, no clock (``now`` is passed in), no randomness: a recorded log replays
+to the same decisions.
+
+MCP tools are data too: ``mcp`` is the :class:`~control_plane.harness.mcp_offer.McpOffer` the
+driver built from the servers' tool lists just before a model call. A decision to call the model
+offers its tools (and appends a ``session.error`` for each server newly found unavailable this
+turn); the offer rides on the :class:`CallModel` and maps the model's ``tool_use`` names back to
+``(server, tool)`` when the output is recorded (:func:`model_output_events`). Without an offer
+the request carries no MCP tools: the driver asks again with one before calling the model.
 
 Priorities, in order (see the module docstring of ``fold`` for how the log is read):
 
@@ -17,7 +25,9 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
 4. after a failed request (``rescheduling``): wait out the backoff, ``session.status_running``, retry;
 5. a turn that needs the model calls it;
 6. tool uses of the latest assistant message: policy- or user-denied calls get error results,
-   runnable ones are dispatched one at a time in block order, calls waiting for the client
+   runnable ones (toolset and MCP) are dispatched one at a time in block order (an
+   ``agent.mcp_tool_use`` left without a result by a crash is dispatched again with the same
+   idempotency key), calls waiting for the client
    (custom tools, ``ask`` without confirmation) put the session in ``requires_action`` once the
    runnable ones are done; a partial resolution re-emits ``requires_action`` with the remainder;
    when all are answered the model is called again;
@@ -36,10 +46,12 @@ from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
+from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
 
 __all__ = [
     "CallModel",
     "Decision",
+    "DispatchMcpTool",
     "DispatchTool",
     "decide",
     "model_failure_events",
@@ -61,6 +73,7 @@ class CallModel:
     attempt: int = 1
     first_of_turn: bool = False
     provision: bool = False
+    mcp: McpOffer | None = None  # the MCP tools in ``request`` (None: none were offered)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,12 +87,23 @@ class DispatchTool:
 
 
 @dataclass(frozen=True, slots=True)
+class DispatchMcpTool:
+    """Call tool ``tool`` of MCP server ``server``; ``tool_use_id`` (the ``agent.mcp_tool_use``
+    event id) is the idempotency key."""
+
+    tool_use_id: str
+    server: str
+    tool: str
+    input: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """Wait ``delay_s``, append ``appends`` (guarded by the log position the decision was made
     at), then perform ``effect``. Empty: nothing to do."""
 
     appends: tuple[ev.Draft, ...] = ()
-    effect: CallModel | DispatchTool | None = None
+    effect: CallModel | DispatchTool | DispatchMcpTool | None = None
     delay_s: float = 0.0
     reason: str = field(default="", compare=False)
 
@@ -104,13 +128,23 @@ _RUNNING_EVENT = _Synthetic("pending-status-running", ev.SESSION_STATUS_RUNNING)
 
 
 def step(
-    agent: AgentSpec, events: Sequence[ev.LogEvent], config: HarnessConfig, now: datetime | None = None
+    agent: AgentSpec,
+    events: Sequence[ev.LogEvent],
+    config: HarnessConfig,
+    now: datetime | None = None,
+    mcp: McpOffer | None = None,
 ) -> Decision:
     """Fold ``events`` and decide (``now`` is only needed while a retry backoff runs)."""
-    return decide(agent, fold(events), config, now)
+    return decide(agent, fold(events), config, now, mcp)
 
 
-def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: datetime | None = None) -> Decision:
+def decide(
+    agent: AgentSpec,
+    s: SessionState,
+    config: HarnessConfig,
+    now: datetime | None = None,
+    mcp: McpOffer | None = None,
+) -> Decision:
     """The next actions for a folded session (see the module docstring for the priorities)."""
     if s.terminated:
         return Decision(reason="terminated")
@@ -122,7 +156,7 @@ def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: dateti
             # ``session.status_running`` is folded in.
             started = copy.deepcopy(s)
             started.apply(_RUNNING_EVENT)
-            return Decision((_RUNNING,), _call_model(agent, started, config), reason="start turn")
+            return _model_decision((_RUNNING,), agent, started, config, mcp, "start turn")
         return Decision(reason="idle")
     if s.interrupt_pending:
         drafts: list[ev.Draft] = []
@@ -130,7 +164,7 @@ def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: dateti
             drafts.append(ev.span_end_failed(s.open_span))
         for tool in s.open_tools:
             if tool.answer is None and not tool.custom:
-                drafts.append(ev.tool_result(tool.event_id, ev.text_content(_INTERRUPTED), is_error=True))
+                drafts.append(_unrun_result(tool, _INTERRUPTED, "interrupted"))
         drafts.append(ev.status_idle("end_turn"))
         return Decision(tuple(drafts), reason="interrupted")
     if s.open_span is not None:
@@ -141,19 +175,19 @@ def decide(agent: AgentSpec, s: SessionState, config: HarnessConfig, now: dateti
             delay = max(0.0, (s.rescheduled_at - now).total_seconds() + delay)
         if delay > 0:
             return Decision(delay_s=delay, reason="retry backoff")
-        return Decision((_RUNNING,), _call_model(agent, s, config), reason="retry model")
+        return _model_decision((_RUNNING,), agent, s, config, mcp, "retry model")
     if s.model_due:
-        return Decision(effect=_call_model(agent, s, config), reason="call model")
+        return _model_decision((), agent, s, config, mcp, "call model")
     if s.open_tools:
-        return _decide_tools(agent, s, config)
+        return _decide_tools(agent, s, config, mcp)
     if s.last_stop_reason == "pause_turn":
-        return Decision(effect=_call_model(agent, s, config), reason="continue paused turn")
+        return _model_decision((), agent, s, config, mcp, "continue paused turn")
     if s.last_stop_reason == "refusal":
         return Decision((ev.status_idle("refusal"),), reason="refusal")
     return Decision((ev.status_idle("end_turn"),), reason="end turn")
 
 
-def _decide_tools(agent: AgentSpec, s: SessionState, config: HarnessConfig) -> Decision:
+def _decide_tools(agent: AgentSpec, s: SessionState, config: HarnessConfig, mcp: McpOffer | None) -> Decision:
     unanswered = [t for t in s.open_tools if t.answer is None]
     refused = [_refusal(t) for t in unanswered if _is_refused(t)]
     if refused:
@@ -169,10 +203,13 @@ def _decide_tools(agent: AgentSpec, s: SessionState, config: HarnessConfig) -> D
         return Decision((_RUNNING,), reason="actions resolved")
     if runnable:
         tool = runnable[0]
+        if tool.mcp_server is not None:
+            effect = DispatchMcpTool(tool.event_id, tool.mcp_server, tool.name, dict(tool.input))
+            return Decision(effect=effect, reason="dispatch MCP")
         return Decision(effect=DispatchTool(tool.event_id, tool.name, dict(tool.input)), reason="dispatch")
     if waiting:
         return Decision((ev.status_idle("requires_action", waiting_ids),), reason="requires action")
-    return Decision(effect=_call_model(agent, s, config), reason="tool results in")
+    return _model_decision((), agent, s, config, mcp, "tool results in")
 
 
 def _is_refused(tool: ToolUse) -> bool:
@@ -186,16 +223,45 @@ def _refusal(tool: ToolUse) -> ev.Draft:
         text = f"Tool {tool.name!r} is not available to this agent."
     else:
         text = tool.deny_message or _DENIED
+    return _unrun_result(tool, text, "denied")
+
+
+def _unrun_result(tool: ToolUse, text: str, outcome: str) -> ev.Draft:
+    """The error result of a call that was not made (refused, or the turn was interrupted)."""
+    if tool.mcp_server is not None:
+        return ev.mcp_tool_result(
+            tool.event_id,
+            ev.text_content(text),
+            is_error=True,
+            server=tool.mcp_server,
+            tool=tool.name,
+            outcome=outcome,
+        )
     return ev.tool_result(tool.event_id, ev.text_content(text), is_error=True)
 
 
-def _call_model(agent: AgentSpec, s: SessionState, config: HarnessConfig) -> CallModel:
+def _model_decision(
+    appends: tuple[ev.Draft, ...],
+    agent: AgentSpec,
+    s: SessionState,
+    config: HarnessConfig,
+    mcp: McpOffer | None,
+    reason: str,
+) -> Decision:
+    """Call the model after ``appends`` and the errors of MCP servers newly found unavailable."""
+    errors = unavailable_server_events(mcp, s.mcp_down)
+    return Decision(appends + errors, _call_model(agent, s, config, mcp), reason=reason)
+
+
+def _call_model(agent: AgentSpec, s: SessionState, config: HarnessConfig, mcp: McpOffer | None) -> CallModel:
     first = s.last_stop_reason is None and s.failures == 0
+    mcp_tools = mcp.tools_param() if mcp is not None else []
     return CallModel(
-        request=build_request(agent, s, max_tokens=config.max_tokens),
+        request=build_request(agent, s, max_tokens=config.max_tokens, mcp_tools=mcp_tools),
         attempt=s.failures + 1,
         first_of_turn=first,
         provision=first and agent.uses_sandbox and not s.sandbox_used,
+        mcp=mcp,
     )
 
 
@@ -208,12 +274,15 @@ def model_output_events(
     block_event_ids: Sequence[str],
     start_id: str,
     usage_before: Mapping[str, int],
+    mcp: McpOffer | None = None,
 ) -> tuple[ev.Draft, ...]:
     """The events for a finished model request, appended together (all or nothing).
 
     One event per content block run: consecutive text blocks share one ``agent.message`` (their
     ids in ``block_event_ids`` are equal), thinking blocks become ``agent.thinking``, tool uses
-    ``agent.tool_use`` (with ``evaluated_permission``) or ``agent.custom_tool_use``; then
+    ``agent.tool_use`` (with ``evaluated_permission``), ``agent.mcp_tool_use`` (a name of the
+    request's MCP offer ``mcp``; with ``mcp_server_name``, the tool's own ``name`` and
+    ``evaluated_permission``) or ``agent.custom_tool_use``; then
     ``span.model_request_end`` carrying the complete message, then the cumulative
     ``session.usage``."""
     content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
@@ -232,7 +301,7 @@ def model_output_events(
         elif kind in ("thinking", "redacted_thinking"):
             drafts.append(ev.Draft(ev.AGENT_THINKING, {}, event_id))
         elif kind == "tool_use":
-            drafts.append(_tool_use_event(agent, block, event_id))
+            drafts.append(_tool_use_event(agent, block, event_id, mcp))
     usage = _model_usage(message.get("usage"))
     drafts.append(
         ev.Draft(
@@ -251,9 +320,21 @@ def model_output_events(
     return tuple(drafts)
 
 
-def _tool_use_event(agent: AgentSpec, block: Mapping[str, Any], event_id: str) -> ev.Draft:
+def _tool_use_event(
+    agent: AgentSpec, block: Mapping[str, Any], event_id: str, mcp: McpOffer | None
+) -> ev.Draft:
     name = str(block.get("name"))
     tool_input = dict(block.get("input") or {})
+    offered = mcp.lookup(name) if mcp is not None else None
+    if offered is not None:
+        mcp_payload = {
+            "mcp_server_name": offered.server,
+            "name": offered.tool,
+            "input": tool_input,
+            "evaluated_permission": offered.permission,
+            "evaluation": _evaluation(offered.policy, offered.permission),
+        }
+        return ev.Draft(ev.AGENT_MCP_TOOL_USE, mcp_payload, event_id)
     permission = agent.permission(name)
     if permission.kind == "custom":
         return ev.Draft(ev.AGENT_CUSTOM_TOOL_USE, {"name": name, "input": tool_input}, event_id)
@@ -264,11 +345,15 @@ def _tool_use_event(agent: AgentSpec, block: Mapping[str, Any], event_id: str) -
     }
     if permission.kind == "toolset":
         payload["toolset_name"] = ev.TOOLSET_NAME
-        if permission.policy == "auto":
-            payload["evaluation"] = {"type": "auto", "evaluated_permission": {"type": permission.permission}}
-        elif permission.policy is not None:
-            payload["evaluation"] = {"type": permission.policy}
+        if permission.policy is not None:
+            payload["evaluation"] = _evaluation(permission.policy, permission.permission)
     return ev.Draft(ev.AGENT_TOOL_USE, payload, event_id)
+
+
+def _evaluation(policy: str, permission: str) -> dict[str, Any]:
+    if policy == "auto":
+        return {"type": "auto", "evaluated_permission": {"type": permission}}
+    return {"type": policy}
 
 
 def _model_usage(usage: Any) -> dict[str, int]:

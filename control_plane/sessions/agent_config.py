@@ -149,7 +149,9 @@ ToolParams = Annotated[AgentToolsetParams | McpToolsetParams | CustomToolParams,
 class McpServerParams(_Params):
     type: Literal["url"]
     name: Annotated[str, Field(min_length=1, max_length=255)]
-    url: Annotated[str, Field(pattern=r"^https?://\S+$", max_length=2048)]
+    #: ``http(s)://`` servers are called by the control plane; ``edge://<name>`` names a private
+    #: server fronted by the session's edge (reached through the tunnel).
+    url: Annotated[str, Field(pattern=r"^(https?://\S+|edge://[a-z0-9][a-z0-9_-]{0,47})$", max_length=2048)]
 
 
 class EffortObject(_Params):

@@ -12,8 +12,16 @@ from pydantic import TypeAdapter
 
 from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.harness.mcp_offer import McpOffer
 from control_plane.harness.step import model_output_events
-from control_plane.sessions.agent_config import ToolParams, resolve_model, resolve_tools
+from control_plane.mcp.models import McpToolInfo, ServerTools
+from control_plane.sessions.agent_config import (
+    McpServerParams,
+    ToolParams,
+    resolve_mcp_servers,
+    resolve_model,
+    resolve_tools,
+)
 from control_plane.store.base import Event
 
 T0 = datetime(2026, 4, 1, 12, 0, 0, tzinfo=UTC)
@@ -54,6 +62,95 @@ AGENT_JSON: dict[str, Any] = resolved_agent(
     skills=[],
 )
 AGENT = AgentSpec.from_json(AGENT_JSON)
+
+
+def resolved_mcp_agent(
+    tools: list[dict[str, Any]], servers: list[dict[str, Any]], **fields: Any
+) -> dict[str, Any]:
+    """Like :func:`resolved_agent`, with ``mcp_servers``; an ``edge://`` URL (which the API's
+    validation does not take yet) is put in after resolution."""
+    given = [
+        {**s, "url": "https://placeholder.test/mcp"} if s["url"].startswith("edge://") else s for s in servers
+    ]
+    resolved = resolve_mcp_servers(TypeAdapter(list[McpServerParams]).validate_python(given))
+    for entry, server in zip(resolved, servers, strict=True):
+        entry["url"] = server["url"]
+    params = TypeAdapter(list[ToolParams]).validate_python(tools)
+    return {
+        "model": resolve_model("claude-test"),
+        "tools": resolve_tools(params, resolved),
+        "mcp_servers": resolved,
+        **fields,
+    }
+
+
+MCP_AGENT_JSON: dict[str, Any] = resolved_mcp_agent(
+    [
+        {
+            "type": "agent_toolset_20260401",
+            "default_config": {"enabled": False},
+            "configs": [{"name": "bash", "enabled": True}],
+        },
+        {
+            "type": "mcp_toolset",
+            "mcp_server_name": "tickets",
+            "default_config": {"permission_policy": {"type": "always_allow"}},
+            "configs": [
+                {"name": "delete_ticket", "enabled": False},
+                {"name": "close_ticket", "permission_policy": {"type": "always_ask"}},
+            ],
+        },
+        {
+            "type": "mcp_toolset",
+            "mcp_server_name": "docs",
+            "configs": [{"name": "search", "permission_policy": {"type": "auto"}}],
+        },
+        {
+            "type": "custom",
+            "name": "lookup_ticket",
+            "description": "Look a ticket up in the tracker.",
+            "input_schema": {"type": "object", "properties": {"id": {"type": "string"}}},
+        },
+    ],
+    [
+        {"type": "url", "name": "tickets", "url": "edge://tickets"},
+        {"type": "url", "name": "docs", "url": "https://docs.example.test/mcp"},
+    ],
+    type="agent",
+    id="agent_mcp",
+    version=1,
+    name="support",
+    system="You help with tickets.",
+    skills=[],
+)
+MCP_AGENT = AgentSpec.from_json(MCP_AGENT_JSON)
+
+
+def _schema(*props: str) -> dict[str, Any]:
+    return {"type": "object", "properties": {p: {"type": "string"} for p in props}, "required": list(props)}
+
+
+#: What the servers of ``MCP_AGENT`` list (deliberately not in name order).
+TICKETS_TOOLS = ServerTools(
+    "tickets",
+    (
+        McpToolInfo("lookup_ticket", "Look a ticket up.", _schema("id")),
+        McpToolInfo("close_ticket", "Close a ticket.", _schema("id")),
+        McpToolInfo("delete_ticket", "Delete a ticket.", _schema("id")),
+    ),
+)
+DOCS_TOOLS = ServerTools(
+    "docs",
+    (
+        McpToolInfo("search", "Search the docs.", _schema("query")),
+        McpToolInfo("fetch_page", "", _schema("url")),
+    ),
+)
+DOCS_DOWN = ServerTools(
+    "docs",
+    error_type="mcp_connection_failed_error",
+    message="cannot connect to https://docs.example.test/mcp",
+)
 
 
 def text(t: str) -> dict[str, Any]:
@@ -139,8 +236,11 @@ class Log:
     def idle(self, stop: str = "end_turn", event_ids: Sequence[str] | None = None) -> str:
         return self.draft(ev.status_idle(stop, event_ids))
 
-    def model(self, content: Sequence[Mapping[str, Any]], stop_reason: str) -> list[str]:
-        """A finished model request: span start, outputs, span end, usage. Returns the block ids."""
+    def model(
+        self, content: Sequence[Mapping[str, Any]], stop_reason: str, mcp: McpOffer | None = None
+    ) -> list[str]:
+        """A finished model request: span start, outputs, span end, usage. Returns the block ids
+        (``mcp``: the MCP tools the request offered)."""
         start = self.add(ev.SPAN_MODEL_REQUEST_START)
         msg = message(content, stop_reason)
         ids: list[str] = []
@@ -150,7 +250,7 @@ class Log:
             else:
                 ids.append(self.new_id())
         usage = _usage_so_far(self.events)
-        for draft in model_output_events(self.agent, msg, ids, start, usage):
+        for draft in model_output_events(self.agent, msg, ids, start, usage, mcp):
             self.draft(draft)
         return ids
 

@@ -16,12 +16,24 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_logs import AGENT_JSON, SESSION, Log, text, tool_use
+from harness_logs import (
+    AGENT_JSON,
+    DOCS_DOWN,
+    MCP_AGENT,
+    MCP_AGENT_JSON,
+    SESSION,
+    TICKETS_TOOLS,
+    Log,
+    text,
+    tool_use,
+)
 
 from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
-from control_plane.harness.step import CallModel, Decision, DispatchTool, step
+from control_plane.harness.mcp_offer import McpOffer, build_offer
+from control_plane.harness.step import CallModel, Decision, DispatchMcpTool, DispatchTool, step
+from control_plane.mcp.models import McpToolInfo, ServerTools
 from control_plane.store.base import Event
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -121,6 +133,58 @@ def _crash_open_span(log: Log) -> None:
     log.add(ev.SPAN_MODEL_REQUEST_START)
 
 
+# -- MCP scenarios (the MCP agent; the servers' listings are part of the golden file) -------------
+MCP_LISTINGS = [TICKETS_TOOLS, DOCS_DOWN]
+
+
+def _mcp_offer() -> McpOffer:
+    return build_offer(MCP_AGENT, MCP_LISTINGS)
+
+
+def _mcp_first_call(log: Log) -> None:
+    log.user("Is ticket 7 open?")
+
+
+def _mcp_tool_use_dispatch(log: Log) -> None:
+    log.user("Is ticket 7 open?")
+    log.running()
+    log.draft(ev.mcp_server_error("mcp_connection_failed_error", "docs", "cannot connect"))  # reported
+    log.model([tool_use("toolu_11", "mcp__tickets__lookup_ticket", {"id": "7"})], "tool_use", _mcp_offer())
+
+
+def _mcp_tool_result_next_call(log: Log) -> None:
+    _mcp_tool_use_dispatch(log)
+    use_id = next(e.id for e in log.events if e.type == ev.AGENT_MCP_TOOL_USE)
+    log.draft(
+        ev.mcp_tool_result(
+            use_id,
+            [text("open")],
+            is_error=False,
+            server="tickets",
+            tool="lookup_ticket",
+            outcome="ok",
+            latency_ms=4.0,
+        )
+    )
+
+
+def _mcp_always_ask_deny(log: Log) -> None:
+    log.user("Close ticket 7.")
+    log.running()
+    ids = log.model(
+        [tool_use("toolu_12", "mcp__tickets__close_ticket", {"id": "7"})], "tool_use", _mcp_offer()
+    )
+    log.idle("requires_action", ids)
+    log.confirm(ids[0], "deny", "Leave it open.")
+
+
+MCP_SCENARIOS: dict[str, Callable[[Log], None]] = {
+    "mcp_first_call": _mcp_first_call,
+    "mcp_tool_use_dispatch": _mcp_tool_use_dispatch,
+    "mcp_tool_result_next_call": _mcp_tool_result_next_call,
+    "mcp_always_ask_deny": _mcp_always_ask_deny,
+}
+
 SCENARIOS: dict[str, Callable[[Log], None]] = {
     "first_turn_start": _first_turn_start,
     "first_turn_model_call": _first_turn_model_call,
@@ -136,6 +200,7 @@ SCENARIOS: dict[str, Callable[[Log], None]] = {
     "retry_after_backoff": _retry_after_backoff,
     "retries_exhausted": _retries_exhausted,
     "crash_open_span": _crash_open_span,
+    **MCP_SCENARIOS,
 }
 
 
@@ -156,6 +221,14 @@ def decision_json(decision: Decision) -> dict[str, Any]:
             "name": decision.effect.name,
             "input": decision.effect.input,
         }
+    elif isinstance(decision.effect, DispatchMcpTool):
+        effect = {
+            "kind": "dispatch_mcp_tool",
+            "tool_use_id": decision.effect.tool_use_id,
+            "server": decision.effect.server,
+            "tool": decision.effect.tool,
+            "input": decision.effect.input,
+        }
     return {
         "appends": [{"type": d.type, "payload": d.payload, "id": d.id} for d in decision.appends],
         "effect": effect,
@@ -163,13 +236,44 @@ def decision_json(decision: Decision) -> dict[str, Any]:
     }
 
 
+def listings_json(listings: list[ServerTools]) -> list[dict[str, Any]]:
+    return [
+        {
+            "server": s.server,
+            "tools": [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in s.tools
+            ],
+            "error_type": s.error_type,
+            "message": s.message,
+        }
+        for s in listings
+    ]
+
+
+def listings_from_json(data: list[dict[str, Any]]) -> list[ServerTools]:
+    return [
+        ServerTools(
+            s["server"],
+            tuple(McpToolInfo(t["name"], t["description"], t["input_schema"]) for t in s["tools"]),
+            s["error_type"],
+            s["message"],
+        )
+        for s in data
+    ]
+
+
 def _record(name: str) -> dict[str, Any]:
-    log = Log()
+    mcp = name in MCP_SCENARIOS
+    agent_json = MCP_AGENT_JSON if mcp else AGENT_JSON
+    agent = AgentSpec.from_json(agent_json)
+    log = Log(agent=agent)
     SCENARIOS[name](log)
-    decision = step(AgentSpec.from_json(AGENT_JSON), log.events, CONFIG, log.now)
-    return {
+    offer = build_offer(agent, MCP_LISTINGS) if mcp else None
+    decision = step(agent, log.events, CONFIG, log.now, offer)
+    recorded: dict[str, Any] = {
         "scenario": name,
-        "agent": AGENT_JSON,
+        "agent": agent_json,
         "now": log.now.isoformat(),
         "events": [
             {"id": e.id, "type": e.type, "payload": e.payload, "processed_at": e.processed_at.isoformat()}
@@ -177,6 +281,9 @@ def _record(name: str) -> dict[str, Any]:
         ],
         "expected": decision_json(decision),
     }
+    if mcp:
+        recorded["mcp_listings"] = listings_json(MCP_LISTINGS)
+    return recorded
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
@@ -196,9 +303,11 @@ def test_golden_log(name: str) -> None:
         )
         for i, e in enumerate(golden["events"], start=1)
     ]
-    decision = step(
-        AgentSpec.from_json(golden["agent"]), events, CONFIG, datetime.fromisoformat(golden["now"])
+    agent = AgentSpec.from_json(golden["agent"])
+    offer = (
+        build_offer(agent, listings_from_json(golden["mcp_listings"])) if "mcp_listings" in golden else None
     )
+    decision = step(agent, events, CONFIG, datetime.fromisoformat(golden["now"]), offer)
     assert decision_json(decision) == golden["expected"]
 
 

@@ -1,0 +1,260 @@
+"""``McpRouter``: where an agent's MCP server is reached, and what became of each call.
+
+The URL of an agent's ``mcp_servers`` entry decides the route:
+
+* ``edge://<server>`` — a private server fronted by an edge of the session's environment:
+  tools come from :meth:`EdgeGateway.mcp_catalog`, calls go through :meth:`EdgeGateway.mcp_call`
+  (the edge journals them by idempotency key, so a repeated key runs once);
+* ``http://`` / ``https://`` — the control plane calls the server itself
+  (:class:`~control_plane.mcp.direct.DirectMcpClient`, with headers from ``credentials``);
+* anything else is refused as ``mcp_connection_failed_error``.
+
+Nothing here raises for a server that is down, refuses or misbehaves: :meth:`McpRouter.list_tools`
+returns a :class:`ServerTools` with ``error_type``, :meth:`McpRouter.call` an :class:`McpOutcome`
+(an error result for the model, typed with ``error_type`` when the call could not be made, or
+``policy_denied`` when the edge's rule refused it, the text naming the rule). Every call is logged
+with server, tool, route, outcome and latency, never with arguments or headers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any, Protocol
+
+from control_plane.errors import EdgeUnavailable, InvalidRequest
+from control_plane.mcp.config import McpConfig
+from control_plane.mcp.direct import DirectMcpClient
+from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
+from control_plane.mcp.models import (
+    Credentials,
+    McpOutcome,
+    McpServerRef,
+    McpToolInfo,
+    ServerTools,
+    no_credentials,
+)
+from outpost_wire.errors import ErrorCode, RemoteError
+from outpost_wire.results import ToolResult
+
+__all__ = ["McpGateway", "McpRouter"]
+
+log = logging.getLogger(__name__)
+
+_DIRECT_SCHEMES = frozenset({"http", "https"})
+_CONNECTION_CODES = frozenset(
+    {
+        ErrorCode.MCP_CONNECTION_FAILED,
+        ErrorCode.DEADLINE_EXCEEDED,
+        ErrorCode.UNAVAILABLE,
+        ErrorCode.DRAINING,
+        ErrorCode.CANCELLED,
+    }
+)
+
+
+class McpGateway(Protocol):
+    """What the router needs of the hands (``control_plane.tunnel.EdgeGateway`` fits)."""
+
+    def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]: ...
+
+    async def mcp_call(
+        self,
+        session_id: str,
+        environment_id: str,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> ToolResult: ...
+
+
+class McpRouter:
+    """Lists and calls the tools of an agent's MCP servers, by route. ``async with`` closes the
+    pooled direct sessions (or call :meth:`close`)."""
+
+    def __init__(
+        self,
+        gateway: McpGateway | None,
+        *,
+        credentials: Credentials = no_credentials,
+        config: McpConfig | None = None,
+        direct: DirectMcpClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``credentials(session_id, url)``: the headers for a direct server (the vault broker
+        plugs in here). ``direct``: a ready client (tests); by default one is made from
+        ``credentials`` and ``config``."""
+        self.config = config or McpConfig()
+        self._gateway = gateway
+        self._direct = direct or DirectMcpClient(credentials, self.config, clock=clock)
+        self._clock = clock
+
+    async def __aenter__(self) -> McpRouter:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close the pooled direct sessions. Idempotent."""
+        await self._direct.close()
+
+    # -- listing ----------------------------------------------------------------------------------
+    async def list_tools(
+        self, session_id: str, environment_id: str | None, server: McpServerRef
+    ) -> ServerTools:
+        """The tools ``server`` offers the session now, or why there are none."""
+        try:
+            edge_server = server.edge_server
+            if edge_server is not None:
+                tools = self._edge_tools(environment_id, edge_server)
+            elif _scheme(server.url) in _DIRECT_SCHEMES:
+                tools = await self._direct.list_tools(
+                    session_id, server.url, timeout_s=self.config.list_timeout_s
+                )
+            else:
+                raise _unsupported(server)
+        except McpError as exc:
+            log.warning(
+                "session %s: MCP server %s: cannot list tools (%s): %s",
+                session_id,
+                server.name,
+                exc.error_type,
+                exc.message,
+            )
+            return ServerTools(server.name, error_type=exc.error_type, message=exc.message)
+        return ServerTools(server.name, tools=tools)
+
+    def _edge_tools(self, environment_id: str | None, name: str) -> tuple[McpToolInfo, ...]:
+        if self._gateway is None or environment_id is None:
+            raise McpConnectionFailed(
+                f"MCP server {name!r} is edge-fronted, but the session has no environment"
+            )
+        entry = self._gateway.mcp_catalog(environment_id).get(name)
+        if entry is None:
+            raise McpConnectionFailed(f"no connected edge of the environment fronts MCP server {name!r}")
+        if entry.get("status") != "up":
+            raise McpConnectionFailed(f"MCP server {name!r} is down on every edge that fronts it")
+        return tuple(_tool_info(t) for t in entry.get("tools") or () if _is_tool(t))
+
+    # -- calling ----------------------------------------------------------------------------------
+    async def call(
+        self,
+        session_id: str,
+        environment_id: str | None,
+        server: McpServerRef,
+        tool: str,
+        arguments: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> McpOutcome:
+        """Call ``tool`` of ``server``. ``idempotency_key``: the ``agent.mcp_tool_use`` event id
+        (a repeat of the key does not run the tool again where the route can tell)."""
+        timeout = timeout_s or self.config.default_call_timeout_s
+        started = self._clock()
+        edge_server = server.edge_server
+        route = "edge" if edge_server is not None else "direct"
+        try:
+            if edge_server is not None:
+                content, is_error, denied = await self._edge_call(
+                    session_id, environment_id, edge_server, tool, arguments, idempotency_key, timeout
+                )
+            elif _scheme(server.url) in _DIRECT_SCHEMES:
+                result = await self._direct.call_tool(
+                    session_id,
+                    server.url,
+                    tool,
+                    arguments,
+                    idempotency_key=idempotency_key,
+                    timeout_s=timeout,
+                )
+                content, is_error, denied = result.content, result.is_error, False
+            else:
+                raise _unsupported(server)
+        except McpError as exc:
+            text = f"MCP server {server.name!r} could not be used: {exc.message}"
+            outcome = McpOutcome(
+                [{"type": "text", "text": text}], True, self._elapsed_ms(started), error_type=exc.error_type
+            )
+        else:
+            outcome = McpOutcome(content, is_error, self._elapsed_ms(started), policy_denied=denied)
+        log.info(
+            "session %s: MCP call server=%s tool=%s route=%s outcome=%s latency_ms=%.1f",
+            session_id,
+            server.name,
+            tool,
+            route,
+            outcome.outcome,
+            outcome.latency_ms,
+        )
+        return outcome
+
+    async def _edge_call(
+        self,
+        session_id: str,
+        environment_id: str | None,
+        name: str,
+        tool: str,
+        arguments: Mapping[str, Any],
+        key: str,
+        timeout_s: float,
+    ) -> tuple[list[dict[str, Any]], bool, bool]:
+        """``(content, is_error, policy_denied)``; raises :class:`McpError`."""
+        if self._gateway is None or environment_id is None:
+            raise McpConnectionFailed(
+                f"MCP server {name!r} is edge-fronted, but the session has no environment"
+            )
+        try:
+            result = await self._gateway.mcp_call(
+                session_id, environment_id, name, tool, arguments, idempotency_key=key, timeout_s=timeout_s
+            )
+        except EdgeUnavailable as exc:
+            raise McpConnectionFailed(str(exc)) from None
+        except InvalidRequest as exc:
+            return _text(f"The call could not be sent: {exc}"), True, False
+        except RemoteError as exc:
+            if exc.code is ErrorCode.POLICY_DENIED:
+                return _text(f"The edge's policy refused this call: {exc.message}"), True, True
+            if exc.code in _CONNECTION_CODES:
+                raise McpConnectionFailed(exc.message) from None
+            if exc.code is ErrorCode.UNAUTHENTICATED:
+                raise McpAuthenticationFailed(exc.message) from None
+            return _text(f"The MCP call failed ({exc.code.value}): {exc.message}"), True, False
+        return result.to_json(), result.is_error, False
+
+    def _elapsed_ms(self, started: float) -> float:
+        return round((self._clock() - started) * 1000.0, 3)
+
+
+def _scheme(url: str) -> str:
+    return url.partition("://")[0].lower() if "://" in url else ""
+
+
+def _unsupported(server: McpServerRef) -> McpConnectionFailed:
+    scheme = _scheme(server.url) or "(none)"
+    return McpConnectionFailed(f"MCP server {server.name!r}: URL scheme {scheme!r} is not supported")
+
+
+def _text(text: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": text}]
+
+
+def _is_tool(tool: Any) -> bool:
+    return isinstance(tool, Mapping) and isinstance(tool.get("name"), str) and bool(tool["name"])
+
+
+def _tool_info(tool: Mapping[str, Any]) -> McpToolInfo:
+    schema = tool.get("input_schema")
+    return McpToolInfo(
+        name=str(tool["name"]),
+        description=str(tool.get("description") or ""),
+        input_schema=dict(schema) if isinstance(schema, Mapping) else {"type": "object"},
+    )
