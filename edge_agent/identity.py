@@ -19,8 +19,6 @@ This module depends on ``cryptography`` and the standard library only (no contro
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -34,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes, Pub
 from cryptography.x509.oid import NameOID
 
 from edge_agent.errors import EdgeError
+from outpost_wire.files import write_atomic
 
 __all__ = [
     "EDGE_URI_PREFIX",
@@ -156,10 +155,10 @@ class Identity:
             "control_plane_url": self.control_plane_url,
             "tunnel_address": self.tunnel_address,
         }
-        _write_atomic(directory / _KEY_FILE, self.key_pem, 0o600)
-        _write_atomic(directory / _CERT_FILE, self.cert_pem, 0o644)
-        _write_atomic(directory / _CA_FILE, self.ca_pem, 0o644)
-        _write_atomic(directory / _META_FILE, (json.dumps(meta, indent=2) + "\n").encode(), 0o600)
+        write_atomic(directory / _KEY_FILE, self.key_pem, 0o600)
+        write_atomic(directory / _CERT_FILE, self.cert_pem, 0o644)
+        write_atomic(directory / _CA_FILE, self.ca_pem, 0o644)
+        write_atomic(directory / _META_FILE, (json.dumps(meta, indent=2) + "\n").encode(), 0o600)
         return directory
 
     @classmethod
@@ -254,23 +253,3 @@ def _spki(public_key: PublicKeyTypes) -> bytes:
     return public_key.public_bytes(
         serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -27,7 +27,6 @@ import ipaddress
 import logging
 import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -41,6 +40,7 @@ from cryptography.hazmat.primitives.asymmetric.types import PublicKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from control_plane.errors import ControlPlaneError, InvalidRequest
+from outpost_wire.files import write_atomic
 
 __all__ = [
     "EDGE_URI_PREFIX",
@@ -164,8 +164,8 @@ class CertificateAuthority:
                 .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
                 .sign(key, hashes.SHA256())
             )
-            _write_atomic(key_path, _private_pem(key), 0o600)
-            _write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+            write_atomic(key_path, _private_pem(key), 0o600)
+            write_atomic(cert_path, cert.public_bytes(serialization.Encoding.PEM), 0o644)
             ca = cls(directory, key, cert, clock=clock)
             logger.info("created certificate authority in %s (sha256 %s)", directory, ca.fingerprint_sha256)
             return ca
@@ -317,8 +317,8 @@ class CertificateAuthority:
             key_pem = _private_pem(key)
             cert_pem = cert.public_bytes(serialization.Encoding.PEM)
             # Key first: a crash in between leaves a mismatched pair, which the next call replaces.
-            _write_atomic(key_path, key_pem, 0o600)
-            _write_atomic(cert_path, cert_pem, 0o644)
+            write_atomic(key_path, key_pem, 0o600)
+            write_atomic(cert_path, cert_pem, 0o644)
             logger.info("issued tunnel server certificate for %s", ", ".join(sorted(wanted_sans)))
             return key_pem, cert_pem
 
@@ -475,23 +475,3 @@ def _locked(directory: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)  # closing releases the lock
-
-
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same directory and a rename."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
