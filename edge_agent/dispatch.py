@@ -21,9 +21,11 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
-from edge_agent.errors import EdgeError
+from edge_agent.egress import EgressMode
+from edge_agent.errors import EdgeError, PolicyDenied, RepositoryError
 from edge_agent.journal import JournalState, ResultJournal
 from edge_agent.mcp import McpConnectionFailed, McpError, McpHub, McpInvalidArguments
 from edge_agent.policy import Policy
@@ -46,6 +48,8 @@ from outpost_wire.results import ContentBlock, ImageBlock, TextBlock, ToolResult
 __all__ = ["Dispatcher"]
 
 log = logging.getLogger(__name__)
+
+_REQUEST_FAILURES = frozenset({ErrorCode.POLICY_DENIED, ErrorCode.CAPACITY_EXHAUSTED})
 
 INTERRUPTED_MESSAGE = (
     "tool call was interrupted by a restart of the edge agent before it finished; "
@@ -129,15 +133,30 @@ class Dispatcher:
         return Failure(ErrorCode.INVALID_REQUEST, f"unsupported operation {type(op).__name__}")
 
     def _resolve(self, op: Provision) -> SandboxLimits:
-        """The policy's answer to a provision spec, egress included."""
-        return self._policy.resolve(
-            image=op.image,
-            cpus=op.cpus,
-            memory_bytes=op.memory_bytes,
-            pids=op.pids,
-            egress_mode=op.egress.mode,
-            allowed_hosts=op.egress.allowed_hosts,
-        )
+        """The policy's answer to a provision spec, egress included. A sandbox with repositories
+        needs the edge's git relay, which it reaches through the egress proxy: egress ``none``
+        becomes an allowlist of no hosts (which the policy must permit)."""
+        mode = op.egress.mode
+        if op.repositories and mode == EgressMode.NONE.value:
+            mode = EgressMode.ALLOWLIST.value
+        try:
+            limits = self._policy.resolve(
+                image=op.image,
+                cpus=op.cpus,
+                memory_bytes=op.memory_bytes,
+                pids=op.pids,
+                egress_mode=mode,
+                allowed_hosts=op.egress.allowed_hosts,
+            )
+        except PolicyDenied as exc:
+            if mode == op.egress.mode:
+                raise
+            raise PolicyDenied(
+                exc.rule,
+                f"{exc.message}; a session with repositories reaches the edge's git relay through "
+                "the egress proxy, so it needs egress 'allowlist' (of no hosts at least)",
+            ) from None
+        return replace(limits, repositories=op.repositories)
 
     async def _execute(self, request: Request, op: Execute | McpCall) -> Outcome:
         key = request.idempotency_key or request.request_id
@@ -217,9 +236,10 @@ class Dispatcher:
                 session_id, op.tool, tool_input, timeout_s=timeout_s, limits=limits
             )
         except EdgeError as exc:
-            # Policy and capacity refusals are failures of the request; anything about the
-            # sandbox itself is a tool error the model can see and react to.
-            if exc.code in (ErrorCode.POLICY_DENIED, ErrorCode.CAPACITY_EXHAUSTED):
+            # Policy and capacity refusals, and repositories that could not be cloned, are
+            # failures of the request (typed, for the control plane); anything about the sandbox
+            # itself is a tool error the model can see and react to.
+            if exc.code in _REQUEST_FAILURES or isinstance(exc, RepositoryError):
                 return Failure(exc.code, str(exc))
             return ToolResult.error(str(exc))
 

@@ -10,7 +10,13 @@ tunnel turns any of them into ``(code, message)`` without knowing the class::
         ├── CapacityExhausted         no room for another sandbox             CAPACITY_EXHAUSTED
         ├── SandboxUnavailable        a sandbox could not be created/reached  SANDBOX_UNAVAILABLE
         ├── UnknownSession            no sandbox exists for the session       UNKNOWN_SESSION
-        └── ConfigError               the edge's configuration is invalid     INVALID_REQUEST
+        ├── ConfigError               the edge's configuration is invalid     INVALID_REQUEST
+        └── RepositoryError           a session repository could not be put   REPOSITORY_CLONE_FAILED
+            │                         into the workspace (.url)
+            ├── RepositoryAuthenticationFailed                                REPOSITORY_AUTHENTICATION_FAILED
+            ├── RepositoryForbidden                                           REPOSITORY_FORBIDDEN
+            ├── RepositoryNotFound                                            REPOSITORY_NOT_FOUND
+            └── RepositoryCheckoutFailed  the branch or commit is not there   REPOSITORY_CHECKOUT_FAILED
 
 Foreign exceptions (docker, grpc, OS errors) are mapped to these once, at the boundary that calls
 the foreign library (for Docker: :class:`edge_agent.sandbox.runtime.DockerRuntime`).
@@ -27,6 +33,11 @@ __all__ = [
     "ConfigError",
     "EdgeError",
     "PolicyDenied",
+    "RepositoryAuthenticationFailed",
+    "RepositoryCheckoutFailed",
+    "RepositoryError",
+    "RepositoryForbidden",
+    "RepositoryNotFound",
     "SandboxUnavailable",
     "UnknownSession",
 ]
@@ -75,3 +86,37 @@ class ConfigError(EdgeError):
     """The edge's configuration (file, environment, arguments) is invalid."""
 
     code = ErrorCode.INVALID_REQUEST
+
+
+class RepositoryError(EdgeError):
+    """A repository of the session could not be cloned into its workspace. ``url`` is the
+    repository's URL (never with a credential); the message starts with it."""
+
+    code = ErrorCode.REPOSITORY_CLONE_FAILED
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"repository {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class RepositoryAuthenticationFailed(RepositoryError):
+    """The remote asked for a credential and none was given, or it refused the one given."""
+
+    code = ErrorCode.REPOSITORY_AUTHENTICATION_FAILED
+
+
+class RepositoryForbidden(RepositoryError):
+    """The credential was accepted but may not read the repository."""
+
+    code = ErrorCode.REPOSITORY_FORBIDDEN
+
+
+class RepositoryNotFound(RepositoryError):
+    code = ErrorCode.REPOSITORY_NOT_FOUND
+
+
+class RepositoryCheckoutFailed(RepositoryError):
+    """The clone worked but the requested branch or commit does not exist in it."""
+
+    code = ErrorCode.REPOSITORY_CHECKOUT_FAILED

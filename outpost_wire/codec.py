@@ -8,7 +8,8 @@ this is the one place that enforces the frame size limit and decides what counts
   frame type from a newer protocol looks like), an unknown enum number, or a missing required field
   (empty ``request_id``, ``edge_id``, no request ``op``, a non-finite number, an McpCall without
   ``server`` or ``tool``, an egress mode or host list outside the rules of
-  :class:`~outpost_wire.frames.Egress`).
+  :class:`~outpost_wire.frames.Egress`, a repository outside the rules of
+  :class:`~outpost_wire.frames.Repository`).
 * :func:`encode_frame` raises :class:`FrameTooLarge` when the encoded frame would exceed the limit,
   and :class:`MalformedFrame` when a dataclass holds a value the wire cannot carry (a negative
   unsigned integer, a wrong type) or breaks a rule the decoder enforces (``_validate`` serves
@@ -36,9 +37,12 @@ from google.protobuf.message import DecodeError
 from outpost_wire._proto import tunnel_pb2 as pb
 from outpost_wire.errors import ErrorCode, FrameTooLarge, MalformedFrame
 from outpost_wire.frames import (
+    CHECKOUT_KINDS,
     EGRESS_MODES,
     MAX_EGRESS_HOST_CHARS,
     MAX_EGRESS_HOSTS,
+    MAX_REPOSITORIES,
+    MAX_REPOSITORY_FIELD_CHARS,
     Ack,
     Cancel,
     CatalogUpdate,
@@ -57,6 +61,7 @@ from outpost_wire.frames import (
     Outcome,
     Provision,
     Provisioned,
+    Repository,
     Request,
     ResultChunk,
     Welcome,
@@ -268,13 +273,40 @@ def _provision_to_pb(op: Provision) -> pb.Provision:
         msg.egress.CopyFrom(
             pb.Egress(mode=_mode_to_pb(op.egress.mode), allowed_hosts=op.egress.allowed_hosts)
         )
+    msg.repositories.extend(
+        pb.Repository(
+            id=r.id,
+            url=r.url,
+            mount_path=r.mount_path,
+            checkout_kind=r.checkout_kind,
+            checkout_ref=r.checkout_ref,
+            token=r.token,
+        )
+        for r in op.repositories
+    )
     return msg
 
 
 def _provision_from_pb(msg: pb.Provision) -> Provision:
     egress = Egress(mode=_mode_from_pb(msg.egress.mode), allowed_hosts=tuple(msg.egress.allowed_hosts))
+    repositories = tuple(
+        Repository(
+            id=r.id,
+            url=r.url,
+            mount_path=r.mount_path,
+            checkout_kind=r.checkout_kind,
+            checkout_ref=r.checkout_ref,
+            token=r.token,
+        )
+        for r in msg.repositories
+    )
     return Provision(
-        image=msg.image, cpus=msg.cpus, memory_bytes=msg.memory_bytes, pids=msg.pids, egress=egress
+        image=msg.image,
+        cpus=msg.cpus,
+        memory_bytes=msg.memory_bytes,
+        pids=msg.pids,
+        egress=egress,
+        repositories=repositories,
     )
 
 
@@ -419,6 +451,27 @@ def _validate_provision(op: Provision, where: str) -> None:
             isinstance(host, str) and 0 < len(host) <= MAX_EGRESS_HOST_CHARS,
             f"{where}.egress.allowed_hosts entry {host!r:.40}",
         )
+    repositories = op.repositories
+    _require(isinstance(repositories, tuple), f"{where}.repositories (a tuple)")
+    _require(len(repositories) <= MAX_REPOSITORIES, f"{where}.repositories (more than {MAX_REPOSITORIES})")
+    for repo in repositories:
+        _validate_repository(repo, f"{where}.repositories")
+
+
+def _validate_repository(repo: Repository, where: str) -> None:
+    """Field shape only; what a URL or path may be is the edge's business (it refuses with a
+    failure naming the problem). Messages never include the token."""
+    _require(isinstance(repo, Repository), f"{where} entry")
+    for name in ("id", "url", "mount_path", "checkout_ref", "token"):
+        value = getattr(repo, name)
+        _require(isinstance(value, str) and len(value) <= MAX_REPOSITORY_FIELD_CHARS, f"{where}.{name}")
+    _require(repo.id and repo.url, f"{where} entry {repo.id!r:.40} (id and url)")
+    _require(repo.mount_path.startswith("/"), f"{where}.mount_path {repo.mount_path!r:.60}")
+    _require(repo.checkout_kind in CHECKOUT_KINDS, f"{where}.checkout_kind {repo.checkout_kind!r:.20}")
+    _require(
+        bool(repo.checkout_ref) == bool(repo.checkout_kind),
+        f"{where}.checkout_ref (required with a checkout_kind, and only then)",
+    )
 
 
 def _code_to_pb(code: ErrorCode) -> pb.ErrorCode.ValueType:

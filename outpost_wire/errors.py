@@ -48,6 +48,12 @@ class ErrorCode(enum.Enum):
     UNAVAILABLE = "unavailable"  # no edge is connected / the link is down
     INTERNAL = "internal"
     MCP_CONNECTION_FAILED = "mcp_connection_failed"  # the MCP server of an McpCall cannot be reached
+    # A repository of the session could not be put into its workspace (the sandbox was not made):
+    REPOSITORY_CLONE_FAILED = "repository_clone_failed"  # any other clone failure
+    REPOSITORY_AUTHENTICATION_FAILED = "repository_authentication_failed"  # no or a refused credential
+    REPOSITORY_FORBIDDEN = "repository_forbidden"  # the credential may not read the repository
+    REPOSITORY_NOT_FOUND = "repository_not_found"
+    REPOSITORY_CHECKOUT_FAILED = "repository_checkout_failed"  # the branch or commit does not exist
 
 
 class OutpostError(Exception):

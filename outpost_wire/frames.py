@@ -51,6 +51,7 @@ __all__ = [
     "Outcome",
     "Provision",
     "Provisioned",
+    "Repository",
     "Request",
     "ResultChunk",
     "Welcome",
@@ -128,15 +129,47 @@ class Egress:
     allowed_hosts: tuple[str, ...] = ()
 
 
+CHECKOUT_KINDS: Final[tuple[str, ...]] = ("", "branch", "commit")
+"""The values :attr:`Repository.checkout_kind` may take ("" = the remote's default branch)."""
+MAX_REPOSITORIES: Final = 16
+MAX_REPOSITORY_FIELD_CHARS: Final = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Repository:
+    """A git repository of the session, cloned by the edge into the workspace at ``mount_path``
+    when the sandbox is made (left alone if that directory already has files).
+
+    ``checkout_kind`` is one of :data:`CHECKOUT_KINDS`; ``checkout_ref`` is then the branch name
+    or the commit sha (empty for the default branch). ``token`` is a credential for this
+    repository that the control plane delivers to the edge, which uses it outside the sandbox
+    only (clone, and the pull/push it relays); "" = the edge's own credential for the host, if
+    any. It is never shown by ``repr``. ``id``, ``url`` and ``mount_path`` are non-empty, at most
+    2048 characters each, and ``mount_path`` is absolute; at most 16 repositories per sandbox.
+    """
+
+    id: str
+    url: str
+    mount_path: str
+    checkout_kind: str = ""
+    checkout_ref: str = ""
+    token: str = field(default="", repr=False)
+
+
 @dataclass(frozen=True, slots=True)
 class Provision:
-    """Create the session's sandbox if it does not exist. 0 / "" = the edge's default."""
+    """Create the session's sandbox if it does not exist. 0 / "" = the edge's default.
+
+    ``repositories``: the session's git repositories (see :class:`Repository`). A sandbox request
+    carries them every time, so the edge always knows the session's current set (and tokens).
+    """
 
     image: str = ""
     cpus: float = 0.0
     memory_bytes: int = 0
     pids: int = 0
     egress: Egress = Egress()
+    repositories: tuple[Repository, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -59,8 +59,15 @@ def session_agent_snapshot(agent: Resource) -> dict[str, Any]:
     return snapshot
 
 
-def session_json(res: Resource, status: StatusView, usage: dict[str, Any], now: datetime) -> dict[str, Any]:
-    """A session; ``status`` and ``usage`` are read from its log, the rest from its body."""
+def session_json(
+    res: Resource,
+    status: StatusView,
+    usage: dict[str, Any],
+    now: datetime,
+    resources: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A session; ``status`` and ``usage`` are read from its log, ``resources`` (their API views)
+    from their own rows, the rest from its body."""
     body = res.body
     current = SessionStatus.TERMINATED if res.archived_at is not None else status.status
     if current is SessionStatus.TERMINATED:
@@ -76,7 +83,7 @@ def session_json(res: Resource, status: StatusView, usage: dict[str, Any], now: 
         "agent": body["agent"],
         "environment_id": body["environment_id"],
         "vault_ids": body.get("vault_ids", []),
-        "resources": body.get("resources", []),
+        "resources": resources if resources is not None else body.get("resources", []),
         "metadata": body.get("metadata", {}),
         "title": body.get("title"),
         "budget": body.get("budget"),

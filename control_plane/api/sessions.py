@@ -11,6 +11,11 @@ wakes the runner; it never runs a turn:
 * archive → ``runner.session_ended``, then ``session.status_terminated`` (unless already there);
 * delete → ``runner.session_ended`` first, then the session and its log are deleted, and live
   streams are told (they end with a ``session.deleted`` frame).
+
+``resources`` of a create are git repositories (``github_repository``, any https git URL): each is
+stored as its own resource with its token sealed (see ``control_plane.sessions.repositories`` and
+``control_plane.api.session_resources``); the session's view lists them without tokens. Archive
+purges the sealed tokens; delete removes the resources.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from control_plane.api.models import (
 )
 from control_plane.api.query import check_limit, decode_cursor, encode_cursor, query_list, time_bounds
 from control_plane.api.resources_json import session_agent_snapshot, session_json
+from control_plane.api.session_resources import create_repositories
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest, VersionConflict
 from control_plane.runner import SessionRunner
@@ -48,6 +54,8 @@ from control_plane.sessions.agent_config import (
 from control_plane.sessions.events import SessionStatus, new_event_id
 from control_plane.sessions.input_events import parse_input_events
 from control_plane.sessions.log import append_and_publish, read_status, read_usage
+from control_plane.sessions.repositories import RESOURCE_KIND, parse_resources, repository_json
+from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories
 from control_plane.store.base import NewEvent, Order, Page, Resource, Store
 
 __all__ = ["RunnerCalls", "new_session_id", "sessions_router"]
@@ -166,12 +174,6 @@ def _refuse_unsupported(body: SessionCreate | SessionUpdate) -> None:
     sent = body.model_fields_set
     if "budget" in sent and body.budget is not None:
         raise InvalidRequest("budget: spend budgets are not supported by Outpost yet", param="budget")
-    if isinstance(body, SessionCreate) and body.resources:
-        raise InvalidRequest(
-            "resources: mounting resources (repositories, files, memory stores) is not supported by "
-            "Outpost yet",
-            param="resources",
-        )
     if isinstance(body, SessionUpdate) and "vault_ids" in sent:
         raise InvalidRequest(
             "vault_ids: changing a session's vaults is not supported; requests setting this field are "
@@ -181,18 +183,31 @@ def _refuse_unsupported(body: SessionCreate | SessionUpdate) -> None:
 
 
 def sessions_router(
-    store: Store, bus: EventBus, runner: SessionRunner, clock: Callable[[], datetime]
+    store: Store,
+    bus: EventBus,
+    runner: SessionRunner,
+    clock: Callable[[], datetime],
+    tokens: RepositoryTokens | None = None,
 ) -> APIRouter:
+    """``tokens``: seals repository tokens (None: repositories without a token only)."""
     router = APIRouter()
     calls = RunnerCalls(runner)
 
     async def view(res: Resource) -> dict[str, Any]:
         status = await read_status(store, res.id)
-        return session_json(res, status, await read_usage(store, res.id), clock())
+        resources = [repository_json(r) for r in await list_repositories(store, res.id)]
+        return session_json(res, status, await read_usage(store, res.id), clock(), resources)
 
     @router.post("/v1/sessions")
     async def create(body: SessionCreate) -> dict[str, Any]:
         _refuse_unsupported(body)
+        repositories = parse_resources(body.resources)
+        if tokens is None and any(repo.token for repo in repositories):
+            raise ApiError(
+                503,
+                "resources: authorization_token needs the vault (which seals tokens); it is not "
+                "configured on this control plane",
+            )
         await get_environment(store, body.environment_id, usable=True)
         snapshot = await _agent_snapshot(store, body.agent)
         vault_ids = list(dict.fromkeys(body.vault_ids))
@@ -219,6 +234,7 @@ def sessions_router(
         }
         now = clock()
         res = await store.create_resource("session", new_session_id(), stored, now)
+        await create_repositories(store, tokens, res.id, repositories, now)
         if initial:
             await append_and_publish(store, bus, res.id, initial, now)
             await calls.wake(res.id)
@@ -315,6 +331,7 @@ def sessions_router(
         await store.get_resource("session", session_id)
         now = clock()
         await store.archive_resource("session", session_id, now)
+        await RepositoryTokens.purge(store, await list_repositories(store, session_id))
         res = await _set_body_status(store, session_id, SessionStatus.TERMINATED, now)
         await calls.session_ended(session_id)
         if (await read_status(store, session_id)).status is not SessionStatus.TERMINATED:
@@ -326,6 +343,8 @@ def sessions_router(
     async def delete(session_id: str) -> dict[str, Any]:
         await store.get_resource("session", session_id)
         await calls.session_ended(session_id)  # first, so the harness stops before the log goes
+        for repository in await list_repositories(store, session_id):
+            await store.delete_resource(RESOURCE_KIND, repository.id)
         await store.delete_resource("session", session_id)
         bus.publish_persisted(session_id, 0)  # wake live streams: they find the session gone
         return {"id": session_id, "type": "session_deleted"}

@@ -39,6 +39,7 @@ from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
 from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
+from control_plane.harness.repository_errors import repository_error
 from control_plane.harness.step import (
     CallModel,
     Decision,
@@ -359,6 +360,7 @@ class SessionDriver:
 
     async def _dispatch(self, call: DispatchTool) -> None:
         content: list[dict[str, Any]]
+        drafts: list[ev.Draft] = []
         if self.environment_id is None:
             content, is_error = ev.text_content("The session has no environment to run tools in."), True
         else:
@@ -379,10 +381,13 @@ class SessionDriver:
                 content, is_error = ev.text_content(f"The sandbox is unavailable: {exc}"), True
             except OutpostError as exc:
                 content, is_error = ev.text_content(f"The tool call failed: {exc}"), True
+                error = repository_error(exc)  # a repository could not be cloned: say so, typed
+                if error is not None:
+                    drafts.append(error)
             else:
                 self._ctx.provisioned.add(self._sid)
                 content, is_error = result.to_json(), result.is_error
-        await self._append([ev.tool_result(call.tool_use_id, content, is_error=is_error)])
+        await self._append([*drafts, ev.tool_result(call.tool_use_id, content, is_error=is_error)])
 
     async def _mcp_offer(self, agent: AgentSpec) -> McpOffer:
         """The MCP tools for the next model request, from the servers' current tool lists."""

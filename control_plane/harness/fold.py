@@ -17,7 +17,8 @@ The conversation sent to the model is rebuilt from the log alone:
   ignored. An ``agent.mcp_tool_use`` names the MCP server and the server's own tool name; the
   model's ``tool_use`` block keeps the namespaced name it called;
 * a ``session.error`` about an MCP server (``mcp_*`` with ``mcp_server_name``) marks the server
-  unavailable for the rest of the turn; it is not a failed model request;
+  unavailable for the rest of the turn; it is not a failed model request, and neither is one
+  about a repository the edge could not clone (``repository_*``);
 * a turn ends at ``session.status_idle`` (except ``requires_action``, which only pauses it). When it
   ends by ``user.interrupt``, the inputs queued before the interrupt are folded into the
   conversation without a turn of their own (control returns to the user); on ``retries_exhausted``
@@ -251,6 +252,8 @@ class SessionState:
             if self.in_turn:
                 self.mcp_down.add(server)
             return
+        if str(error.get("type", "")).startswith("repository_"):
+            return  # a clone failed at the edge (reported with the tool error), not the model
         retry = error.get("retry_status")
         if isinstance(retry, Mapping) and retry.get("type") == "retrying":
             self.failures += 1

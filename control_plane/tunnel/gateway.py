@@ -9,7 +9,8 @@ resolves the request directly.
 
 Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
 take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
-capacity, deadline ...). A tool that ran and failed is a ``ToolResult`` with ``is_error``.
+capacity, deadline, a repository that could not be cloned: ``REPOSITORY_*`` codes ...). A tool that
+ran and failed is a ``ToolResult`` with ``is_error``.
 """
 
 from __future__ import annotations
@@ -60,20 +61,22 @@ class EdgeGateway:
         registry: EdgeRegistry,
         config: GatewayConfig | None = None,
         *,
-        sandbox_spec: Callable[[str], Awaitable[Provision]] | None = None,
+        sandbox_spec: Callable[[str, str], Awaitable[Provision]] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        """``sandbox_spec(environment_id)``: the sandbox an environment asks for (image, limits,
-        egress); sent with provisions and with every execute, so that a sandbox made lazily by
-        the edge is made as the environment says. Default: the edge's defaults, no network."""
+        """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
+        limits, egress from its environment; its git repositories, with their tokens); sent with
+        provisions and with every execute, so that a sandbox made lazily by the edge is made as
+        the session says, and the edge always has the session's current repositories. Default:
+        the edge's defaults, no network, no repositories."""
         self._registry = registry
         self._sandbox_spec = sandbox_spec
         self._config = config or GatewayConfig()
         self._clock = clock
         self._sticky: dict[str, str] = {}  # session id -> edge id
 
-    async def _spec(self, environment_id: str) -> Provision:
-        return await self._sandbox_spec(environment_id) if self._sandbox_spec else Provision()
+    async def _spec(self, session_id: str, environment_id: str) -> Provision:
+        return await self._sandbox_spec(session_id, environment_id) if self._sandbox_spec else Provision()
 
     def edge_for_session(self, session_id: str) -> str | None:
         return self._sticky.get(session_id)
@@ -81,7 +84,7 @@ class EdgeGateway:
     async def provision(
         self, session_id: str, environment_id: str, resources: Provision | None = None
     ) -> Provisioned:
-        spec = resources or await self._spec(environment_id)
+        spec = resources or await self._spec(session_id, environment_id)
         outcome = await self._call(session_id, environment_id, spec, "", self._config.control_timeout_s)
         if isinstance(outcome, Provisioned):
             return outcome
@@ -106,7 +109,7 @@ class EdgeGateway:
             tool=tool,
             input_json=json.dumps(dict(tool_input)),
             timeout_ms=int(tool_timeout * 1000),
-            sandbox=await self._spec(environment_id),
+            sandbox=await self._spec(session_id, environment_id),
         )
         outcome = await self._call(
             session_id, environment_id, op, idempotency_key, tool_timeout + self._config.slack_s

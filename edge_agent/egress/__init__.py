@@ -51,6 +51,10 @@ the internal bridge, e.g. ``iptables -I INPUT -i br-<network id[:12]> -p tcp ! -
 conntrack ! --ctstate ESTABLISHED,RELATED -j DROP``.
 
 Logs carry session id, host, port and the decision; never request headers or bodies.
+
+The proxy also fronts the edge's git relay (:mod:`edge_agent.git`) for sandboxes whose session has
+repositories: requests to ``http://<proxy>/git/...`` are answered by the edge itself, so such a
+sandbox still reaches exactly one address and port on the host.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from __future__ import annotations
 from .addresses import refusal_reason
 from .controller import Attachment, EgressController, NetworkRecord, proxy_env
 from .hosts import Allowlist, HostPattern, normalize_host, parse_pattern
-from .proxy import EgressProxy, ProxyLimits, Resolver, system_resolver
+from .proxy import EgressProxy, LocalHandler, LocalService, ProxyLimits, Resolver, system_resolver
 from .spec import EgressMode, EgressSpec
 
 __all__ = [
@@ -69,6 +73,8 @@ __all__ = [
     "EgressProxy",
     "EgressSpec",
     "HostPattern",
+    "LocalHandler",
+    "LocalService",
     "NetworkRecord",
     "ProxyLimits",
     "Resolver",

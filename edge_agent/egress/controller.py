@@ -27,7 +27,7 @@ from typing import Protocol
 from urllib.parse import urlsplit
 
 from ..errors import SandboxUnavailable
-from .proxy import EgressProxy, ProxyLimits, Resolver
+from .proxy import EgressProxy, LocalService, ProxyLimits, Resolver
 from .spec import EgressMode, EgressSpec
 
 __all__ = [
@@ -104,7 +104,10 @@ class EgressController:
         open_network: str,
         proxy_limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
+        local: LocalService | None = None,
     ) -> None:
+        """``local``: what the proxy serves itself (the edge's git relay), if anything."""
+        self._local = local
         self._backend = backend
         self._labels = dict(labels)
         self._names = {EgressMode.ALLOWLIST: allowlist_network, EgressMode.UNRESTRICTED: open_network}
@@ -177,7 +180,7 @@ class EgressController:
             raise SandboxUnavailable(f"egress proxy cannot listen on {gateway}: {exc}") from None
 
     async def _start_proxy(self, host: str, port: int) -> EgressProxy:
-        proxy = EgressProxy(host, port, limits=self._proxy_limits, resolver=self._resolver)
+        proxy = EgressProxy(host, port, limits=self._proxy_limits, resolver=self._resolver, local=self._local)
         await proxy.start()
         self._proxy = proxy
         return proxy

@@ -10,13 +10,18 @@ The proxy understands exactly two kinds of request:
 
 Everything else (origin-form requests, ``https://`` in absolute form, other schemes) is ``405``;
 a malformed head is ``400``.
+
+One exception: requests addressed to the proxy itself (origin-form ``GET /git/...``, or absolute
+form naming the proxy's own address, as a client that uses the proxy for every host sends them)
+are :class:`LocalRequest` s when the proxy serves something locally (the edge's git relay);
+:func:`parse_local` recognises them.
 """
 
 from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from .hosts import normalize_host
@@ -24,9 +29,11 @@ from .hosts import normalize_host
 __all__ = [
     "CONNECT_ESTABLISHED",
     "HeadError",
+    "LocalRequest",
     "ProxyRequest",
     "RequestKind",
     "parse_head",
+    "parse_local",
     "render_response",
 ]
 
@@ -83,6 +90,23 @@ class ProxyRequest:
     host: str  # normalised (see hosts.normalize_host)
     port: int
     upstream_head: bytes = b""
+
+
+@dataclass(frozen=True)
+class LocalRequest:
+    """A request for the proxy itself: ``path`` and ``query`` of the target, and the headers
+    (never logged)."""
+
+    method: str
+    path: str
+    query: str
+    version: str
+    headers: tuple[tuple[str, str], ...] = field(repr=False)
+
+    def header(self, name: str) -> str | None:
+        """The first value of header ``name`` (case-insensitive), or None."""
+        wanted = name.lower()
+        return next((value for key, value in self.headers if key.lower() == wanted), None)
 
 
 def _bad(reason: str) -> HeadError:
@@ -150,6 +174,36 @@ def parse_head(head: bytes) -> ProxyRequest:
     return ProxyRequest(
         RequestKind.FORWARD, method, host, port, _origin_head(method, path, version, host, port, headers)
     )
+
+
+def parse_local(head: bytes, own_authorities: frozenset[str], prefix: str) -> LocalRequest | None:
+    """The request in ``head`` if it is for the proxy itself and its path starts with ``prefix``:
+    origin form, or absolute form whose ``host:port`` is one of ``own_authorities``. None for
+    anything else (parse it with :func:`parse_head`); HeadError for a malformed local request."""
+    try:
+        text = head.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    request_line, _, rest = text.partition("\r\n")
+    parts = request_line.split(" ")
+    if len(parts) != 3 or not _TOKEN.match(parts[0]) or parts[2] not in ("HTTP/1.1", "HTTP/1.0"):
+        return None
+    method, target, version = parts
+    if target.lower().startswith("http://"):
+        url = urlsplit(target)
+        if url.netloc.lower() not in own_authorities:
+            return None
+        path, query = url.path, url.query
+    elif target.startswith("/"):
+        path, _, query = target.partition("?")
+    else:
+        return None
+    if not path.startswith(prefix):
+        return None
+    if not text.endswith("\r\n\r\n"):
+        raise _bad("incomplete request head")
+    lines = rest[:-4].split("\r\n") if rest[:-4] else []
+    return LocalRequest(method, path, query, version, tuple(_parse_headers(lines)))
 
 
 def _origin_head(

@@ -10,6 +10,11 @@ host (:func:`.rules.check_target`), resolve it once with the injected resolver, 
 that pass :func:`.rules.permitted_addresses`, connect to one of those exact addresses, then pipe
 bytes both ways until both sides finish or the tunnel is idle too long. Decisions are logged with
 the session id, host and rule; request headers and bodies never are.
+
+A :data:`LocalHandler` (the edge's git relay) may serve requests addressed to the proxy itself
+under one path prefix (see :func:`.http.parse_local`): it gets the session of the source address,
+the parsed head and the connection, and counts against the same tunnel limits. Without one, such
+requests are refused as before.
 """
 
 from __future__ import annotations
@@ -24,15 +29,37 @@ from types import TracebackType
 
 from .addresses import IPAddress, parse_address
 from .hosts import Allowlist
-from .http import CONNECT_ESTABLISHED, HeadError, ProxyRequest, RequestKind, parse_head, render_response
+from .http import (
+    CONNECT_ESTABLISHED,
+    HeadError,
+    LocalRequest,
+    ProxyRequest,
+    RequestKind,
+    parse_head,
+    parse_local,
+    render_response,
+)
 from .rules import Refusal, check_target, literal_address, permitted_addresses
 
-__all__ = ["EgressProxy", "ProxyLimits", "Resolver", "system_resolver"]
+__all__ = ["EgressProxy", "LocalHandler", "LocalService", "ProxyLimits", "Resolver", "system_resolver"]
 
 log = logging.getLogger(__name__)
 
 Resolver = Callable[[str, int], Awaitable[Sequence[IPAddress]]]
 """``(host, port) -> addresses``. The default is :func:`system_resolver`; tests inject a table."""
+
+LocalHandler = Callable[[str, LocalRequest, asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+"""``(session id, request, reader, writer)``: answer one request for the proxy itself. The
+proxy closes the connection afterwards."""
+
+
+@dataclass(frozen=True)
+class LocalService:
+    """What the proxy serves itself: requests whose path starts with ``prefix``."""
+
+    prefix: str
+    handler: LocalHandler
+
 
 _CHUNK = 64 * 1024
 _LINGER_S = 1.0  # after a refusal, how long to wait for the client to close
@@ -91,7 +118,9 @@ class EgressProxy:
         *,
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
+        local: LocalService | None = None,
     ) -> None:
+        self._local = local
         self._host = host
         self._port = port
         self.limits = limits or ProxyLimits()
@@ -215,18 +244,32 @@ class EgressProxy:
         task = asyncio.current_task()
         assert task is not None
         if not self._admit(source, grant.session_id, task):
-            log.warning("egress session=%s refused %s: too many tunnels", grant.session_id, request.host)
+            what = request.path if isinstance(request, LocalRequest) else request.host
+            log.warning("egress session=%s refused %s: too many tunnels", grant.session_id, what)
             await _answer(reader, writer, Refusal(503, "egress.max_tunnels", "too many open connections"))
             return
         try:
-            await self._proxy(grant, request, reader, writer)
+            if isinstance(request, LocalRequest):
+                assert self._local is not None
+                await self._local.handler(grant.session_id, request, reader, writer)
+            else:
+                await self._proxy(grant, request, reader, writer)
         finally:
             self._release(source, grant.session_id, task)
 
-    async def _read_request(self, reader: asyncio.StreamReader) -> ProxyRequest | Refusal | None:
+    def _own_authorities(self) -> frozenset[str]:
+        return frozenset({f"{self._host}:{self._port}"})
+
+    async def _read_request(
+        self, reader: asyncio.StreamReader
+    ) -> ProxyRequest | LocalRequest | Refusal | None:
         try:
             async with asyncio.timeout(self.limits.head_timeout_s):
                 head = await reader.readuntil(b"\r\n\r\n")
+            if self._local is not None:
+                local = parse_local(head, self._own_authorities(), self._local.prefix)
+                if local is not None:
+                    return local
             return parse_head(head)
         except HeadError as exc:
             return Refusal(exc.status, exc.rule, exc.reason)

@@ -22,6 +22,12 @@ registers an allowlist sandbox's address with the proxy and revokes it when the 
 request with a different egress spec replaces the container (same workspace volume). Reconcile
 re-registers adopted sandboxes (the proxy rebinds its previous port) and removes the edge's
 networks no sandbox uses.
+
+Repositories (:mod:`edge_agent.git`): when the manager makes a sandbox whose limits name
+repositories, its :class:`~edge_agent.git.GitService` clones each one into the workspace before the
+sandbox runs anything (a mount path that already has files is left alone); a clone failure
+discards the new container and raises the typed :class:`~edge_agent.errors.RepositoryError`. Every
+call refreshes the session's entries in the git relay, which the egress proxy serves.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -38,7 +44,8 @@ from typing import Any
 from outpost_wire.results import ToolResult
 
 from ..egress import EgressController, EgressMode, EgressSpec, ProxyLimits, Resolver
-from ..errors import CapacityExhausted, SandboxUnavailable
+from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
+from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
 from .runtime import ContainerRecord, DockerRuntime
 from .spec import (
@@ -168,9 +175,11 @@ class SandboxManager:
         name_prefix: str = "outpost",
         egress_limits: ProxyLimits | None = None,
         egress_resolver: Resolver | None = None,
+        git: GitService | None = None,
     ) -> None:
         """``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
-        the default is the host's resolver)."""
+        the default is the host's resolver). ``git``: clones repositories and relays pull/push
+        (owned by the caller, who closes it after the manager); None = repositories are refused."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -191,7 +200,9 @@ class SandboxManager:
             open_network=network_name(name_prefix, edge_id, EgressMode.UNRESTRICTED),
             proxy_limits=egress_limits,
             resolver=egress_resolver,
+            local=git.local_service() if git is not None else None,
         )
+        self._git = git
         self._sandboxes: dict[str, _Sandbox] = {}
         self._locks = _SessionLocks()
         self._reserved = 0  # creations in progress, counted against max_sandboxes
@@ -344,6 +355,8 @@ class SandboxManager:
 
     async def _ensure(self, session_id: str, limits: SandboxLimits) -> tuple[_Sandbox, bool]:
         """With the session's lock held: a ready sandbox (running, channel open)."""
+        if self._git is not None:
+            self._git.remember(session_id, limits.repositories)
         sb = self._sandboxes.get(session_id)
         if sb is not None and sb.egress != limits.egress:
             log.info(
@@ -413,6 +426,8 @@ class SandboxManager:
             try:
                 if limits.egress.mode is EgressMode.ALLOWLIST:
                     address = await self._egress.grant_container(container_id, session_id, limits.egress)
+                if limits.repositories:
+                    await self._populate(container_id, session_id, limits, spec.labels)
                 channel = await self._open_channel(container_id)
             except BaseException:
                 if address:
@@ -433,6 +448,20 @@ class SandboxManager:
             return sb
         finally:
             self._reserved -= 1
+
+    async def _populate(
+        self, container_id: str, session_id: str, limits: SandboxLimits, labels: Mapping[str, str]
+    ) -> None:
+        """Clone the session's repositories into the new sandbox's workspace."""
+        if self._git is None:
+            raise RepositoryError(limits.repositories[0].url, "this edge does not clone repositories")
+        await self._git.populate(
+            self._runtime,
+            container_id,
+            session_id,
+            limits.repositories,
+            relay_base=labels.get(LABEL_EGRESS_PROXY, ""),
+        )
 
     async def _open_channel(self, container_id: str) -> DaemonChannel:
         return await DaemonChannel.open(self._runtime, container_id, user=self.user, workdir=self.workdir)
@@ -516,6 +545,8 @@ class SandboxManager:
         """Remove the session's container and its workspace volume; False if neither existed."""
         self._check_open()
         async with self._locks.hold(session_id):
+            if self._git is not None:
+                self._git.forget(session_id)
             sb = self._sandboxes.get(session_id)
             if sb is not None:
                 await self._forget(sb)

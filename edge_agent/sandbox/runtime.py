@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 import docker
 import docker.errors
@@ -344,6 +344,31 @@ class DockerRuntime:
             return ExecStream(_hijacked_socket(raw), raw)
 
         return await self._run("open sandbox channel", start)
+
+    async def exec_run(self, container_id: str, cmd: Sequence[str], *, user: str) -> tuple[int, bytes]:
+        """Run ``cmd`` in the container to completion, without stdin; (exit code, stdout).
+        For short housekeeping commands, not for tool calls."""
+
+        def run() -> tuple[int, bytes]:
+            api = self._api()
+            exec_id = api.exec_create(container_id, list(cmd), stdout=True, stderr=False, user=user)["Id"]
+            output = api.exec_start(exec_id, tty=False, stream=False)
+            code = api.exec_inspect(exec_id).get("ExitCode")
+            return (int(code) if code is not None else -1), bytes(output or b"")
+
+        return await self._run("exec in sandbox", run)
+
+    # files -----------------------------------------------------------------------------------
+
+    async def put_archive(self, container_id: str, path: str, archive: BinaryIO) -> None:
+        """Unpack the tar ``archive`` (streamed from the file) at ``path`` in the container; entries
+        keep the owners their headers name."""
+
+        def put() -> None:
+            if not self._api().put_archive(container_id, path, archive):
+                raise SandboxUnavailable(f"copying files into sandbox {container_id[:12]} failed")
+
+        await self._run("copy into sandbox", put)
 
 
 def _label_filters(labels: Mapping[str, str]) -> list[str]:

@@ -14,6 +14,8 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from outpost_wire.frames import Repository
+
 from ..egress import EgressMode, EgressSpec
 
 __all__ = [
@@ -44,13 +46,18 @@ _MAX_NAME_PART = 48
 
 @dataclass(frozen=True)
 class SandboxLimits:
-    """Resources the caller asks for; the edge's policy decides whether they are allowed."""
+    """Resources the caller asks for; the edge's policy decides whether they are allowed.
+
+    ``repositories``: the session's git repositories, cloned into the workspace when a sandbox is
+    made (see :mod:`edge_agent.git`); they do not make an existing sandbox be replaced.
+    """
 
     image: str
     cpus: float
     memory_bytes: int
     pids: int
     egress: EgressSpec = field(default_factory=EgressSpec)
+    repositories: tuple[Repository, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,11 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ERROR_CODE_UNAVAILABLE: _ErrorCode.ValueType  # 13
     ERROR_CODE_INTERNAL: _ErrorCode.ValueType  # 14
     ERROR_CODE_MCP_CONNECTION_FAILED: _ErrorCode.ValueType  # 15
+    ERROR_CODE_REPOSITORY_CLONE_FAILED: _ErrorCode.ValueType  # 16
+    ERROR_CODE_REPOSITORY_AUTHENTICATION_FAILED: _ErrorCode.ValueType  # 17
+    ERROR_CODE_REPOSITORY_FORBIDDEN: _ErrorCode.ValueType  # 18
+    ERROR_CODE_REPOSITORY_NOT_FOUND: _ErrorCode.ValueType  # 19
+    ERROR_CODE_REPOSITORY_CHECKOUT_FAILED: _ErrorCode.ValueType  # 20
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """The closed set of error codes on the wire; mirrors outpost_wire.errors.ErrorCode member by member
@@ -72,6 +77,11 @@ ERROR_CODE_UNAUTHENTICATED: ErrorCode.ValueType  # 12
 ERROR_CODE_UNAVAILABLE: ErrorCode.ValueType  # 13
 ERROR_CODE_INTERNAL: ErrorCode.ValueType  # 14
 ERROR_CODE_MCP_CONNECTION_FAILED: ErrorCode.ValueType  # 15
+ERROR_CODE_REPOSITORY_CLONE_FAILED: ErrorCode.ValueType  # 16
+ERROR_CODE_REPOSITORY_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 17
+ERROR_CODE_REPOSITORY_FORBIDDEN: ErrorCode.ValueType  # 18
+ERROR_CODE_REPOSITORY_NOT_FOUND: ErrorCode.ValueType  # 19
+ERROR_CODE_REPOSITORY_CHECKOUT_FAILED: ErrorCode.ValueType  # 20
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _EgressMode:
@@ -320,12 +330,17 @@ class Provision(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _builtins.int
     PIDS_FIELD_NUMBER: _builtins.int
     EGRESS_FIELD_NUMBER: _builtins.int
+    REPOSITORIES_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     cpus: _builtins.float
     memory_bytes: _builtins.int
     pids: _builtins.int
     @_builtins.property
     def egress(self) -> Global___Egress: ...
+    @_builtins.property
+    def repositories(self) -> _containers.RepeatedCompositeFieldContainer[Global___Repository]:
+        """cloned into the workspace when the sandbox is made"""
+
     def __init__(
         self,
         *,
@@ -334,14 +349,54 @@ class Provision(_message.Message):
         memory_bytes: _builtins.int = ...,
         pids: _builtins.int = ...,
         egress: Global___Egress | None = ...,
+        repositories: _abc.Iterable[Global___Repository] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["egress", b"egress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "pids", b"pids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "pids", b"pids", "repositories", b"repositories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Provision: _TypeAlias = Provision  # noqa: Y015
+
+@_typing.final
+class Repository(_message.Message):
+    """A git repository of the session. checkout_kind: "" (the remote's default branch), "branch" or
+    "commit" (checkout_ref = the branch name or the commit sha). token: a credential for this
+    repository, delivered to the edge only (never into the sandbox); "" = the edge's own.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    URL_FIELD_NUMBER: _builtins.int
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    CHECKOUT_KIND_FIELD_NUMBER: _builtins.int
+    CHECKOUT_REF_FIELD_NUMBER: _builtins.int
+    TOKEN_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    url: _builtins.str
+    mount_path: _builtins.str
+    checkout_kind: _builtins.str
+    checkout_ref: _builtins.str
+    token: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        url: _builtins.str = ...,
+        mount_path: _builtins.str = ...,
+        checkout_kind: _builtins.str = ...,
+        checkout_ref: _builtins.str = ...,
+        token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkout_kind", b"checkout_kind", "checkout_ref", b"checkout_ref", "id", b"id", "mount_path", b"mount_path", "token", b"token", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Repository: _TypeAlias = Repository  # noqa: Y015
 
 @_typing.final
 class Egress(_message.Message):

@@ -22,6 +22,11 @@ def test_exports() -> None:
         "ConfigError",
         "EdgeError",
         "PolicyDenied",
+        "RepositoryAuthenticationFailed",
+        "RepositoryCheckoutFailed",
+        "RepositoryError",
+        "RepositoryForbidden",
+        "RepositoryNotFound",
         "SandboxUnavailable",
         "UnknownSession",
     ]

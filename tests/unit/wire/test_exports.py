@@ -41,6 +41,7 @@ EXPECTED = {
     "ProtocolViolation",
     "Provision",
     "Provisioned",
+    "Repository",
     "RemoteError",
     "Request",
     "RequestReceived",

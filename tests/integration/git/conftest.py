@@ -1,0 +1,127 @@
+"""Fixtures for the git bundling tests: bare repositories served by an authenticated git smart-HTTP
+server on 127.0.0.1, and (Docker tests) an edge's sandbox manager with its git service, with a
+session-wide check that nothing labelled with a test edge id is left behind."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+from _git_server import GitHttpServer, make_repo
+
+from edge_agent.egress import EgressSpec
+from edge_agent.git import EdgeCredentials, GitConfig, GitService
+from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+IMAGE = "outpost-sandbox:1"
+EDGE_PREFIX = f"test-git-{uuid.uuid4().hex[:8]}"
+CANARY = "canary-git-token-" + uuid.uuid4().hex[:12]
+"""The upstream's credential: it must never be found inside a sandbox."""
+
+_counter = itertools.count(1)
+
+
+def _ours(labels: dict[str, str] | None) -> bool:
+    return (labels or {}).get("outpost.edge_id", "").startswith(EDGE_PREFIX)
+
+
+@pytest.fixture
+def repos(tmp_path: Path) -> Path:
+    root = tmp_path / "upstream"
+    root.mkdir()
+    make_repo(root, "app.git", {"README.md": "hello from upstream\n", "src/main.py": "print('hi')\n"})
+    return root
+
+
+@pytest.fixture
+def git_server(repos: Path) -> Iterator[GitHttpServer]:
+    server = GitHttpServer(repos, CANARY).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Iterator[Any]:
+    try:
+        client = docker.from_env()
+        client.ping()
+    except docker.errors.DockerException as exc:
+        pytest.fail(f"Docker tests need a Docker engine (or -m 'not docker'): {exc}")
+    subprocess.run(["bash", str(REPO_ROOT / "packaging/sandbox/build.sh"), IMAGE], check=True, timeout=900)
+    yield client
+    label = {"label": "outpost.managed=1"}
+    containers = [c for c in client.containers.list(all=True, filters=label) if _ours(c.labels)]
+    volumes = [v for v in client.volumes.list(filters=label) if _ours(v.attrs.get("Labels"))]
+    for container in containers:
+        container.remove(force=True)
+    for volume in volumes:
+        volume.remove(force=True)
+    networks = [n for n in client.networks.list(filters=label) if _ours(n.attrs.get("Labels"))]
+    for network in networks:
+        network.remove()
+    client.close()
+    assert not containers, f"containers left behind: {[c.name for c in containers]}"
+    assert not volumes, f"volumes left behind: {[v.name for v in volumes]}"
+    assert not networks, f"networks left behind: {[n.name for n in networks]}"
+
+
+def limits() -> SandboxLimits:
+    return SandboxLimits(image=IMAGE, cpus=1.0, memory_bytes=256 * 1024 * 1024, pids=128, egress=EgressSpec())
+
+
+@pytest.fixture
+async def edge(docker_api: Any, tmp_path: Path) -> AsyncIterator[Edge]:
+    """A sandbox manager with a git service, for one test's edge id; everything it made is
+    removed afterwards."""
+    edge_id = f"{EDGE_PREFIX}-{next(_counter)}"
+    runtime = DockerRuntime.from_env()
+    made = Edge(runtime, edge_id, tmp_path / "edge")
+    yield made
+    await made.close()
+    cleaner = SandboxManager(runtime, edge_id=edge_id, default_limits=limits())
+    await cleaner.destroy_all_for_tests()
+    await cleaner.close()
+    await runtime.close()
+
+
+class Edge:
+    """The edge side under test: a SandboxManager and its GitService (restartable)."""
+
+    def __init__(self, runtime: DockerRuntime, edge_id: str, state_dir: Path) -> None:
+        self.runtime = runtime
+        self.edge_id = edge_id
+        self.state_dir = state_dir
+        self.manager: SandboxManager | None = None
+        self.git: GitService | None = None
+
+    async def start(self, config: GitConfig | None = None, *, key: bytes = b"k" * 32) -> SandboxManager:
+        from edge_agent.git import RelayRoutes
+
+        config = config or GitConfig()
+        self.git = GitService(
+            config,
+            scratch_dir=self.state_dir / "git-scratch",
+            routes=RelayRoutes(key),
+            credentials=EdgeCredentials(config.credentials),
+        )
+        self.manager = SandboxManager(
+            self.runtime, edge_id=self.edge_id, default_limits=limits(), idle_pause_s=60, git=self.git
+        )
+        await self.manager.start()
+        return self.manager
+
+    async def close(self) -> None:
+        if self.manager is not None:
+            await self.manager.close()
+            self.manager = None
+        if self.git is not None:
+            await self.git.close()
+            self.git = None

@@ -1,0 +1,134 @@
+"""``GitCloner`` against the authenticated git HTTP server on 127.0.0.1 (no Docker): the credential
+reaches the server but never the command line, the clone's files or its config; failures are
+typed."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+from _git_server import GitHttpServer, git
+from conftest import CANARY
+
+from edge_agent.errors import (
+    RepositoryAuthenticationFailed,
+    RepositoryCheckoutFailed,
+    RepositoryError,
+    RepositoryNotFound,
+)
+from edge_agent.git import GitCloner, GitCredential, parse_remote
+from outpost_wire.frames import Repository
+
+RELAY = "http://10.0.0.1:3128/git/session-token/sesrsc_1"
+
+
+def credential(secret: str = CANARY) -> GitCredential:
+    return GitCredential("delivered", "basic", "x-access-token", secret)
+
+
+def every_byte_under(root: Path) -> bytes:
+    return b"".join(p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+@pytest.fixture
+def recording_git(tmp_path: Path) -> tuple[str, Path]:
+    """A ``git`` that logs its argv, then runs the real one (to check the command lines)."""
+    log = tmp_path / "argv.log"
+    script = tmp_path / "git-wrapper"
+    script.write_text(f'#!/bin/sh\nprintf "%s\\n" "$*" >> {log}\nexec /usr/bin/git "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script), log
+
+
+async def test_clone_with_the_credential_outside_the_clone(
+    git_server: GitHttpServer, tmp_path: Path, recording_git: tuple[str, Path]
+) -> None:
+    wrapper, argv_log = recording_git
+    repo = Repository("sesrsc_1", git_server.url("app.git"), "/workspace/app", token=CANARY)
+    dest = tmp_path / "scratch" / "tree"
+    dest.parent.mkdir()
+    cloner = GitCloner(git=wrapper)
+    await cloner.clone(repo, parse_remote(repo.url), dest, credential(), origin_url=RELAY)
+    assert (dest / "README.md").read_text() == "hello from upstream\n"
+    assert git("remote", "get-url", "origin", cwd=dest) == RELAY
+    assert git("rev-parse", "--abbrev-ref", "HEAD", cwd=dest) == "main"
+    assert CANARY.encode() not in every_byte_under(dest)
+    assert CANARY not in argv_log.read_text()
+    assert {s.authorization for s in git_server.seen} == {"ok"}
+
+
+async def test_branch_and_commit_checkouts(git_server: GitHttpServer, tmp_path: Path, repos: Path) -> None:
+    cloner = GitCloner()
+    url = git_server.url("app.git")
+    feature = Repository("r1", url, "/workspace/f", "branch", "feature")
+    await cloner.clone(feature, parse_remote(url), tmp_path / "f", credential(), origin_url=RELAY)
+    assert (tmp_path / "f" / "feature.txt").exists()
+    first = git("rev-list", "--max-parents=0", "main", cwd=repos / "app.git")
+    pinned = Repository("r2", url, "/workspace/p", "commit", first[:10])
+    await cloner.clone(pinned, parse_remote(url), tmp_path / "p", credential(), origin_url=RELAY)
+    assert git("rev-parse", "HEAD", cwd=tmp_path / "p") == first
+    assert not (tmp_path / "p" / "feature.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("repo_name", "checkout", "secret", "cls", "message"),
+    [
+        ("app.git", ("", ""), "wrong-secret", RepositoryAuthenticationFailed, "refused the session's"),
+        ("app.git", ("", ""), None, RepositoryAuthenticationFailed, "neither the session"),
+        ("missing.git", ("", ""), CANARY, RepositoryNotFound, "not found"),
+        ("app.git", ("branch", "nope"), CANARY, RepositoryCheckoutFailed, "nope not found"),
+        (
+            "app.git",
+            ("commit", "0123456789abcdef"),
+            CANARY,
+            RepositoryCheckoutFailed,
+            "not in the repository",
+        ),
+    ],
+)
+async def test_failures_are_typed_and_redacted(
+    git_server: GitHttpServer,
+    tmp_path: Path,
+    repo_name: str,
+    checkout: tuple[str, str],
+    secret: str | None,
+    cls: type[RepositoryError],
+    message: str,
+) -> None:
+    url = git_server.url(repo_name)
+    repo = Repository("r", url, "/workspace/x", *checkout)
+    with pytest.raises(RepositoryError) as info:
+        await GitCloner().clone(
+            repo, parse_remote(url), tmp_path / "x", credential(secret) if secret else None, origin_url=RELAY
+        )
+    assert type(info.value) is cls
+    assert message in str(info.value) and str(info.value).startswith(f"repository {url}: ")
+    assert CANARY not in str(info.value) and "wrong-secret" not in str(info.value)
+
+
+async def test_an_unreachable_server_and_a_timeout(tmp_path: Path) -> None:
+    url = "http://127.0.0.1:9/nothing.git"  # discard port: nothing listens
+    with pytest.raises(RepositoryError) as info:
+        await GitCloner().clone(Repository("r", url, "/workspace/x"), parse_remote(url), tmp_path / "x", None,
+                                origin_url=RELAY)  # fmt: skip
+    assert type(info.value) is RepositoryError and "Failed to connect" in str(info.value)
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}/slow.git"  # accepts, never answers
+        with pytest.raises(RepositoryError, match=r"did not finish within 0\.5 s"):
+            await GitCloner(timeout_s=0.5).clone(
+                Repository("r", url, "/workspace/y"),
+                parse_remote(url),
+                tmp_path / "y",
+                None,
+                origin_url=RELAY,
+            )
+    finally:
+        listener.close()
+    helpers = subprocess.run(["pgrep", "-f", "remote-http.*slow.git"], capture_output=True, check=False)
+    assert helpers.stdout == b"", "git's helper outlived the timeout"
