@@ -1,4 +1,5 @@
-"""The tunnel server side: edge connections, the registry of connected edges, and ``EdgeGateway``."""
+"""The tunnel server side: edge connections, the registry of connected edges, and ``EdgeGateway``;
+the gRPC and WebSocket carriers share one pump (:mod:`control_plane.tunnel.pump`)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,10 @@ from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig
 from control_plane.tunnel.grpc_server import Authenticator, GrpcTunnelServer
 from control_plane.tunnel.registry import EdgeRegistry, EdgeStatus
+from control_plane.tunnel.ws_server import WS_TUNNEL_PATH, WsTunnelEndpoint
 
 __all__ = [
+    "WS_TUNNEL_PATH",
     "Authenticator",
     "EdgeConnection",
     "EdgeGateway",
@@ -15,4 +18,5 @@ __all__ = [
     "EdgeStatus",
     "GatewayConfig",
     "GrpcTunnelServer",
+    "WsTunnelEndpoint",
 ]

@@ -10,7 +10,6 @@ UNAUTHENTICATED and is logged, and touches no other edge. Keepalive: we accept c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
@@ -22,6 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding
 from control_plane.errors import ControlPlaneError
 from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.connection import EdgeConnection
+from control_plane.tunnel.pump import pump
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
 from outpost_wire.errors import ErrorCode
@@ -129,19 +129,20 @@ class GrpcTunnelServer:
             software_version=self._software_version,
             peer=peer,
         )
-        writer = asyncio.create_task(conn.writer(context.write), name=f"tunnel-writer-{edge.id}")
-        reader = asyncio.create_task(self._read(conn, context), name=f"tunnel-reader-{edge.id}")
-        timer = asyncio.create_task(self._timer(conn), name=f"tunnel-timer-{edge.id}")
-        try:
-            await conn.closed.wait()
-        finally:
-            # Flush what the session queued last (an error frame, a drain) before ending.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer, timeout=1.0)
-            for task in (writer, reader, timer):
-                task.cancel()
-            await asyncio.gather(writer, reader, timer, return_exceptions=True)
-            conn.close(ErrorCode.UNAVAILABLE, "stream ended")
+
+        async def read() -> bytes | None:
+            data = await context.read()
+            if data is grpc.aio.EOF:
+                return None
+            assert isinstance(data, bytes)
+            return data
+
+        await pump(
+            conn,
+            read=read,
+            write=context.write,
+            broken=(grpc.aio.AioRpcError, asyncio.InvalidStateError),
+        )
         if conn.close_code is ErrorCode.UNAUTHENTICATED:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, conn.close_reason)
         elif conn.close_code in (
@@ -152,25 +153,6 @@ class GrpcTunnelServer:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"{conn.close_code.value}: {conn.close_reason}"
             )
-
-    async def _read(self, conn: EdgeConnection, context: grpc.aio.ServicerContext) -> None:
-        try:
-            while True:
-                data = await context.read()
-                if data is grpc.aio.EOF:
-                    break
-                assert isinstance(data, bytes)
-                conn.receive(data)
-                if conn.closed.is_set():
-                    return
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
-            log.info("tunnel to edge %s broke: %s", conn.edge_id, exc)
-        conn.close(ErrorCode.UNAVAILABLE, "stream ended")
-
-    async def _timer(self, conn: EdgeConnection) -> None:
-        while not conn.closed.is_set():
-            delay = conn.tick()
-            await asyncio.sleep(delay)
 
 
 def _client_cert_der(context: grpc.aio.ServicerContext) -> bytes | None:

@@ -14,6 +14,7 @@ import logging
 import grpc
 import grpc.aio
 
+from edge_agent.connection.proxy import ProxyConfig
 from edge_agent.connection.transport import TransportError
 from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
 
@@ -70,8 +71,13 @@ async def connect_grpc(
     keepalive_time_s: float,
     connect_timeout_s: float,
     tls_server_name: str | None = None,
+    proxy: ProxyConfig | None = None,
 ) -> GrpcTransport:
-    """Open a secure channel and start the tunnel stream. Raises TransportError."""
+    """Open a secure channel and start the tunnel stream. Raises TransportError.
+
+    ``proxy``: tunnel through this HTTP proxy with ``CONNECT`` (grpc-core sends the URL's
+    credentials as ``Proxy-Authorization: Basic``); ``None`` connects directly, whatever the
+    environment says (the caller resolved ``https_proxy`` / ``no_proxy`` already)."""
     credentials = grpc.ssl_channel_credentials(
         root_certificates=ca_pem, private_key=key_pem, certificate_chain=cert_pem
     )
@@ -87,6 +93,10 @@ async def connect_grpc(
         # We run our own reconnect loop with full-jitter backoff.
         ("grpc.initial_reconnect_backoff_ms", 1000),
     ]
+    if proxy is not None:
+        options.append(("grpc.http_proxy", proxy.url))
+    else:
+        options.append(("grpc.enable_http_proxy", 0))
     if tls_server_name:
         options.append(("grpc.ssl_target_name_override", tls_server_name))
     channel = grpc.aio.secure_channel(address, credentials, options=options)
@@ -94,9 +104,10 @@ async def connect_grpc(
         await asyncio.wait_for(channel.channel_ready(), timeout=connect_timeout_s)
     except TimeoutError:
         await channel.close(grace=None)
+        via = f" through proxy {proxy.redacted}" if proxy is not None else ""
         raise TransportError(
-            f"could not connect to the tunnel at {address} within {connect_timeout_s:g} s "
-            "(network unreachable, TLS handshake refused, or wrong address)"
+            f"could not connect to the tunnel at {address}{via} within {connect_timeout_s:g} s "
+            "(network unreachable, TLS handshake refused, proxy refusal, or wrong address)"
         ) from None
     call = channel.stream_stream(CONNECT_METHOD, request_serializer=None, response_deserializer=None)()
     return GrpcTransport(channel, call)

@@ -1,7 +1,8 @@
 """The transport seam: something that moves whole frames (bytes) to and from the control plane.
 
 The link pumps a :class:`~outpost_wire.session.TunnelSession` through any :class:`Transport`;
-gRPC is the first one (:mod:`edge_agent.connection.grpc_transport`), WebSocket comes next.
+gRPC (:mod:`edge_agent.connection.grpc_transport`) and WebSocket
+(:mod:`edge_agent.connection.ws_transport`); :class:`~edge_agent.connection.dialer.Dialer` picks one.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""``Dialer``: the link's ``connect()`` callable. Resolves the proxy, picks the transport
+(:mod:`edge_agent.connection.selection`) and opens it.
+
+In ``auto`` mode, while no transport is remembered, gRPC is tried first with a short connect
+timeout (``auto_grpc_connect_timeout_s``), then WebSocket; the one that connects is remembered in
+the state directory. A refusal of the edge's identity ends the attempt at once: the other
+transport would be refused too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from edge_agent.connection.grpc_transport import connect_grpc
+from edge_agent.connection.proxy import ProxyConfig, resolve_proxy
+from edge_agent.connection.selection import TransportKind, TransportSelector, load_choice, save_choice
+from edge_agent.connection.transport import Transport, TransportError
+from edge_agent.connection.ws_transport import connect_ws, tunnel_ws_url
+from edge_agent.errors import ConfigError
+from edge_agent.identity import Identity
+
+if TYPE_CHECKING:  # config imports the MCP package, which uses this package's backoff
+    from edge_agent.config import ConnectionConfig
+
+__all__ = ["Dialer"]
+
+log = logging.getLogger(__name__)
+
+
+class Dialer:
+    def __init__(
+        self,
+        *,
+        identity: Identity,
+        config: ConnectionConfig,
+        tunnel_address: str | None,
+        control_plane_url: str | None,
+        state_dir: Path,
+        max_frame_bytes: int,
+        tls_server_name: str | None = None,
+        env: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """Raises ConfigError when the chosen transport has no address or the proxy URL is invalid."""
+        self._identity = identity
+        self._config = config
+        self._tunnel_address = tunnel_address
+        try:
+            self._ws_url = tunnel_ws_url(control_plane_url) if control_plane_url else None
+        except TransportError as exc:
+            raise ConfigError(str(exc)) from None
+        self._state_dir = state_dir
+        self._max_frame_bytes = max_frame_bytes
+        self._tls_server_name = tls_server_name
+        self._clock = clock
+        if config.transport == "grpc" and not tunnel_address:
+            raise ConfigError("transport grpc needs a tunnel address: set control_plane.tunnel_address")
+        if config.transport == "websocket" and not self._ws_url:
+            raise ConfigError("transport websocket needs the control plane's URL: set control_plane.url")
+        env = os.environ if env is None else env
+        self._grpc_proxy = self._proxy_for(tunnel_address, env) if tunnel_address else None
+        self._ws_proxy = self._proxy_for(self._ws_url, env) if self._ws_url else None
+        remembered = load_choice(state_dir) if config.transport == "auto" else None
+        self.selector = TransportSelector(config.transport, remembered)
+        #: (transport, connected?) of recent attempts, newest last: for diagnostics and tests.
+        self.attempts: collections.deque[tuple[TransportKind, bool]] = collections.deque(maxlen=32)
+        self.current: TransportKind | None = None
+
+    def _proxy_for(self, target: str, env: Mapping[str, str]) -> ProxyConfig | None:
+        parts = urlsplit(target if "://" in target else f"//{target}")
+        default_port = 443 if parts.scheme in ("https", "wss") else 80
+        host, port = parts.hostname or "", parts.port or default_port
+        return resolve_proxy(host, port, override=self._config.proxy_url, env=env)
+
+    async def connect(self) -> Transport:
+        """Open a tunnel transport. Raises TransportError (the last failure, or a combined one)."""
+        plan = [
+            kind for kind in self.selector.plan(self._clock()) if self._available(kind)
+        ] or self._fallback_plan()
+        errors: list[str] = []
+        for kind in plan:
+            try:
+                transport = await self._dial(kind, probing=len(plan) > 1)
+            except TransportError as exc:
+                self.attempts.append((kind, False))
+                self.selector.failed(kind)
+                if exc.unauthenticated or len(plan) == 1:
+                    raise
+                log.info("%s transport failed (%s); trying the next one", kind.value, exc)
+                errors.append(f"{kind.value}: {exc}")
+                continue
+            self.attempts.append((kind, True))
+            self.current = kind
+            changed = self.selector.succeeded(kind, self._clock())
+            if changed is not None:
+                log.info("transport %s works; remembering it", kind.value)
+                try:
+                    await asyncio.to_thread(save_choice, self._state_dir, changed)
+                except OSError as exc:
+                    log.warning("could not remember the transport choice: %s", exc)
+            return transport
+        raise TransportError("no transport could connect: " + "; ".join(errors))
+
+    def _available(self, kind: TransportKind) -> bool:
+        return bool(self._tunnel_address if kind is TransportKind.GRPC else self._ws_url)
+
+    def _fallback_plan(self) -> list[TransportKind]:
+        return [k for k in (TransportKind.GRPC, TransportKind.WEBSOCKET) if self._available(k)]
+
+    async def _dial(self, kind: TransportKind, *, probing: bool) -> Transport:
+        cfg = self._config
+        ident = self._identity
+        if kind is TransportKind.GRPC:
+            assert self._tunnel_address is not None
+            timeout = min(cfg.connect_timeout_s, cfg.auto_grpc_connect_timeout_s) if probing else None
+            return await connect_grpc(
+                self._tunnel_address,
+                ca_pem=ident.ca_pem,
+                key_pem=ident.key_pem,
+                cert_pem=ident.cert_pem,
+                max_frame_bytes=self._max_frame_bytes,
+                keepalive_time_s=cfg.keepalive_time_s,
+                connect_timeout_s=timeout or cfg.connect_timeout_s,
+                tls_server_name=self._tls_server_name,
+                proxy=self._grpc_proxy,
+            )
+        assert self._ws_url is not None
+        return await connect_ws(
+            self._ws_url,
+            ident,
+            max_frame_bytes=self._max_frame_bytes,
+            connect_timeout_s=cfg.connect_timeout_s,
+            proxy=self._ws_proxy,
+            ping_interval_s=cfg.keepalive_time_s,
+        )
