@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.server import ADMIN_KEY_FILE, ControlPlane
+from outpost_wire.logfmt import configure_logging
 
 __all__ = ["main"]
 
@@ -58,6 +59,12 @@ def _parser() -> argparse.ArgumentParser:
         "--model-base-url", help="a Messages-API endpoint (default: $ANTHROPIC_BASE_URL or Anthropic's)"
     )
     serve.add_argument("--log-level", default="INFO")
+    serve.add_argument(
+        "--log-format",
+        choices=("plain", "json"),
+        default="plain",
+        help="plain lines (default) or one JSON object per line",
+    )
 
     def client(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--url", default=os.environ.get("OUTPOST_URL", "http://127.0.0.1:8080"))
@@ -245,9 +252,7 @@ def _exec(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "serve":
-        logging.basicConfig(
-            level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
-        )
+        configure_logging(args.log_level, args.log_format)
         return asyncio.run(_serve(args))
     return _operate(args)
 

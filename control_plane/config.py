@@ -25,8 +25,8 @@ class ControlPlaneConfig(BaseModel):
     #: Names and addresses put in the tunnel server's certificate (edges verify one of them).
     tls_hostnames: tuple[str, ...] = ("localhost",)
     tls_ips: tuple[str, ...] = ("127.0.0.1",)
-    heartbeat_interval_s: float = Field(10.0, gt=0)
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    heartbeat_interval_s: float = Field(3.0, gt=0)
+    heartbeat_timeout_s: float = Field(9.0, gt=0)
     drain_grace_s: float = Field(30.0, ge=0)
     reconnect_grace_s: float = Field(30.0, ge=0)  # how long a call waits for its edge to come back
     edge_wait_s: float = Field(10.0, ge=0)  # how long a call waits for any edge of its environment
@@ -39,6 +39,8 @@ class ControlPlaneConfig(BaseModel):
     #: created (random) at first start if missing; a file named here must exist (a missing mounted
     #: secret must not silently become a new key). Keep it out of the database's backups.
     vault_key_file: Path | None = None
+    #: Serve ``GET /metrics`` without an API key (for a scraper on a trusted network).
+    metrics_public: bool = False
 
     @property
     def effective_store_url(self) -> str:

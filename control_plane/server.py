@@ -1,7 +1,8 @@
 """``ControlPlane``: the control plane process, composed from its parts.
 
     store (SQLite) ──┬─► EnrollmentService (CA) ──► HTTP API (FastAPI + uvicorn)
-                     │                          └─► tunnel server (gRPC, mTLS) ──► EdgeRegistry
+                     │                          ├─► tunnel server (gRPC, mTLS) ──► EdgeRegistry
+                     │                          └─► WebSocket tunnel (HTTP port, /v1/tunnel/ws, PoP) ─┘
                      └──────────────────────────────────────────────────────────► EdgeGateway
 
 ``async with ControlPlane(config) as cp`` starts everything on the configured ports (0 = pick a
@@ -18,6 +19,7 @@ import os
 import secrets
 import socket
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -25,8 +27,14 @@ from types import TracebackType
 import httpx
 import uvicorn
 
-from control_plane.api.app import ApiServices, create_app
+from control_plane.api.app import ApiConfig, ApiServices, create_app
 from control_plane.api.auth import create_api_key
+from control_plane.api.metrics import (
+    ControlPlaneMetrics,
+    MeteredEdgeRegistry,
+    MeteredGateway,
+    MeteredModelClient,
+)
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
@@ -34,12 +42,15 @@ from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.mcp import Credentials, McpRouter, no_credentials
 from control_plane.sessions.networking import egress_of
+from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
-from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer
+from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer, WsTunnelEndpoint
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
+from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Provision
+from outpost_wire.pop import audience_for
 from outpost_wire.session import SessionConfig
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -50,6 +61,8 @@ log = logging.getLogger(__name__)
 ADMIN_KEY_FILE = "admin-api-key"
 VAULT_CAPABILITY_KEY_FILE = "vault-capability.key"  # the broker's HMAC key (not the KEK)
 _SPEC_TTL_S = 2.0
+_WS_PING_INTERVAL_S = 25.0  # below the common 60 s idle timeout of proxies and load balancers
+_WS_PING_TIMEOUT_S = 20.0
 
 
 def _utcnow() -> datetime:
@@ -63,11 +76,13 @@ class ControlPlane:
         self.store: Store | None = None
         self.ca: CertificateAuthority | None = None
         self.enrollment: EnrollmentService | None = None
-        self.registry = EdgeRegistry()
-        self.gateway = EdgeGateway(
+        self.metrics = ControlPlaneMetrics(self.id)
+        self.registry: EdgeRegistry = MeteredEdgeRegistry(self.metrics)
+        self.gateway: EdgeGateway = MeteredGateway(
             self.registry,
             GatewayConfig(reconnect_grace_s=config.reconnect_grace_s, edge_wait_s=config.edge_wait_s),
             sandbox_spec=self._sandbox_spec,
+            metrics=self.metrics,
         )
         self._specs: dict[str, tuple[float, Provision]] = {}
         self.tunnel: GrpcTunnelServer | None = None
@@ -145,7 +160,10 @@ class ControlPlane:
         base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
         self.mcp = self._mcp_router(self._vault_credentials)
-        self.harness = Harness(self.store, self.gateway, self.bus, self.model, cfg.harness, mcp=self.mcp)
+        metered_model = MeteredModelClient(self.model, self.metrics)
+        self.harness = Harness(self.store, self.gateway, self.bus, metered_model, cfg.harness, mcp=self.mcp)
+        harness = self.harness
+        self.metrics.bind(active_sessions=lambda: len(harness.active_sessions()))
         await self.harness.start()
 
         app = create_app(
@@ -159,6 +177,16 @@ class ControlPlane:
                 bus=self.bus,
                 runner=self.harness,
                 vault=self.vault,
+                config=ApiConfig(metrics_public=cfg.metrics_public),
+                metrics=self.metrics,
+                tunnel_ws=WsTunnelEndpoint(  # the same tunnel over WebSocket on this port
+                    registry=self.registry,
+                    authenticate=self._authenticate,
+                    audience=audience_for(self.ca.ca_cert_pem),
+                    session_config=session_config,
+                    control_plane_id=self.id,
+                    software_version=SOFTWARE_VERSION,
+                ),
             )
         )
         sock = socket.socket(socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET, socket.SOCK_STREAM)
@@ -168,7 +196,15 @@ class ControlPlane:
         http_port = sock.getsockname()[1]
         self._http = uvicorn.Server(
             uvicorn.Config(
-                app, log_config=None, access_log=False, lifespan="off", timeout_graceful_shutdown=5
+                app,
+                log_config=None,
+                access_log=False,
+                lifespan="off",
+                timeout_graceful_shutdown=5,
+                # WebSocket tunnel: the same message cap as gRPC's, and our own ping cadence.
+                ws_max_size=grpc_message_limit(cfg.max_frame_bytes),
+                ws_ping_interval=_WS_PING_INTERVAL_S,
+                ws_ping_timeout=_WS_PING_TIMEOUT_S,
             )
         )
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
@@ -228,9 +264,28 @@ class ControlPlane:
         assert self.enrollment is not None
         return await self.enrollment.authenticate_peer(der)
 
-    async def _sandbox_spec(self, environment_id: str) -> Provision:
-        """The sandbox an environment asks its edges for (its networking, for now). Cached for a
-        couple of seconds: it is read on every tool call."""
+    async def _sandbox_spec(self, session_id: str, environment_id: str) -> Provision:
+        """The sandbox a session asks its edge for: its environment's networking, and its git
+        repositories with their tokens (opened here only, for this request; see
+        ``control_plane.sessions.repository_tokens``)."""
+        spec = await self._environment_spec(environment_id)
+        assert self.store is not None
+        resources = await list_repositories(self.store, session_id)
+        if not resources:
+            return spec
+        tokens = self._repository_tokens()
+        if tokens is None:
+            repositories = tuple(to_wire(res) for res in resources)
+        else:
+            repositories = await tokens.spec_repositories(resources)
+        return replace(spec, repositories=repositories)
+
+    def _repository_tokens(self) -> RepositoryTokens | None:
+        return RepositoryTokens(self.vault.service.keyring) if self.vault is not None else None
+
+    async def _environment_spec(self, environment_id: str) -> Provision:
+        """The sandbox an environment asks its edges for (its networking). Cached for a couple of
+        seconds: it is read on every tool call."""
         now = time.monotonic()
         cached = self._specs.get(environment_id)
         if cached is not None and now - cached[0] < _SPEC_TTL_S:

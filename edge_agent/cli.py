@@ -3,6 +3,7 @@
     outpost-edge register --control-plane URL --token-file FILE [--ca-fingerprint SHA256]
     outpost-edge run [--config /etc/outpost-edge/config.yaml]
     outpost-edge check-config --config FILE
+    outpost-edge doctor [--config FILE]     check config, identity, Docker, DNS, TCP, TLS, proxy, clock
 
 The enrollment token is single use; prefer ``--token-file`` or the ``OUTPOST_ENROLL_TOKEN``
 environment variable to ``--token`` (a command line is visible to other users of the host).
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from edge_agent.config import EdgeConfig, load_config
 from edge_agent.errors import EdgeError
+from outpost_wire.logfmt import ContextFilter, configure_logging
 
 __all__ = ["main"]
 
@@ -33,6 +35,9 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--config", type=Path, help="YAML config file")
         sp.add_argument("--state-dir", type=Path, help="override state_dir")
         sp.add_argument("--log-level", default=None, help="DEBUG, INFO, WARNING, ERROR")
+        sp.add_argument(
+            "--log-format", choices=("plain", "json"), default=None, help="override logging.format"
+        )
 
     reg = sub.add_parser("register", help="enroll this edge with a control plane")
     common(reg)
@@ -51,19 +56,20 @@ def _parser() -> argparse.ArgumentParser:
 
     chk = sub.add_parser("check-config", help="validate the config and policy, print the policy digest")
     common(chk)
+
+    doc = sub.add_parser("doctor", help="check everything this edge needs and say what to fix")
+    common(doc)
+    doc.add_argument("--tunnel-address", help="override control_plane.tunnel_address")
     return p
 
 
-def _configure_logging(config: EdgeConfig, override: str | None) -> None:
-    level = override or config.logging.level
-    if config.logging.format == "json":
-        fmt = '{"time":"%(asctime)s","level":"%(levelname)s","logger":"%(name)s","message":%(message)r}'
-    else:
-        fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+def _configure_logging(config: EdgeConfig, args: argparse.Namespace) -> ContextFilter:
+    level = args.log_level or config.logging.level
+    context = configure_logging(level, args.log_format or config.logging.format)
     # The mcp SDK and its HTTP client log request bodies (tool arguments) at DEBUG: keep them out.
     for noisy in ("mcp", "httpx", "httpx2", "httpcore"):
         logging.getLogger(noisy).setLevel(max(logging.INFO, logging.getLevelName(level)))
+    return context
 
 
 def _load(args: argparse.Namespace) -> EdgeConfig:
@@ -107,26 +113,41 @@ async def _register(args: argparse.Namespace, config: EdgeConfig) -> int:
     return 0
 
 
-async def _run(config: EdgeConfig) -> int:
+async def _run(config: EdgeConfig, context: ContextFilter) -> int:
     from edge_agent.daemon import EdgeAgent
 
-    async with EdgeAgent(config) as agent:
+    agent = EdgeAgent(config)
+    context.static["edge_id"] = agent.edge_id  # every line of this process is about this edge
+    async with agent:
         await agent.run_until_signalled()
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def _doctor(args: argparse.Namespace) -> int:
+    from edge_agent.doctor import CheckResult, Doctor, Status, SystemProbes, print_report
+
     try:
         config = _load(args)
-        _configure_logging(config, args.log_level)
+    except EdgeError as exc:
+        fix = "correct the keys named above; `outpost-edge check-config --config FILE` checks again"
+        return print_report([CheckResult("config", Status.FAIL, str(exc), fix)], sys.stdout)
+    return print_report(Doctor(config, SystemProbes(), os.environ).run(), sys.stdout)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "doctor":
+        return _doctor(args)
+    try:
+        config = _load(args)
+        context = _configure_logging(config, args)
         if args.command == "check-config":
             policy = config.load_policy()
             print(f"config OK; policy digest {policy.digest()}")
             return 0
         if args.command == "register":
             return asyncio.run(_register(args, config))
-        return asyncio.run(_run(config))
+        return asyncio.run(_run(config, context))
     except EdgeError as exc:
         print(f"outpost-edge: {exc}", file=sys.stderr)
         return 2

@@ -12,13 +12,24 @@ Example (every key optional except ``control_plane``)::
       idle_pause_s: 30
     connection:
       heartbeat_interval_s: 10
+    git:                                           # the edge's own git credentials, per host
+      credentials:
+        - host: git.internal:8443
+          token: {from_file: /etc/outpost-edge/secrets/git.token}   # mode 0600
+      transport: auto          # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)
+    observability:
+      listen: 127.0.0.1:9464   # /metrics, /healthz, /readyz; null turns it off
+    logging:
+      format: json             # or plain (the default)
 
 The customer's policy (what the cloud may ask for) is :class:`edge_agent.policy.Policy`; it is
-loaded from ``policy_file`` or the inline ``policy`` section, never from the control plane.
+loaded from ``policy_file`` or the inline ``policy`` section, never from the control plane. The
+``git`` section is :class:`edge_agent.git.GitConfig`.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -27,6 +38,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from edge_agent.errors import ConfigError
+from edge_agent.git.config import GitConfig
 from edge_agent.mcp.config import McpServers
 from edge_agent.policy import Policy
 
@@ -35,6 +47,7 @@ __all__ = [
     "ControlPlaneConfig",
     "EdgeConfig",
     "LoggingConfig",
+    "ObservabilityConfig",
     "SandboxConfig",
     "load_config",
 ]
@@ -51,14 +64,21 @@ class ControlPlaneConfig(_Strict):
 
 
 class ConnectionConfig(_Strict):
-    heartbeat_interval_s: float = Field(10.0, gt=0)
-    heartbeat_timeout_s: float = Field(30.0, gt=0)
+    heartbeat_interval_s: float = Field(3.0, gt=0)
+    heartbeat_timeout_s: float = Field(9.0, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)
     backoff_max_s: float = Field(60.0, gt=0)
     stable_after_s: float = Field(30.0, ge=0)  # a link up this long resets the backoff
     connect_timeout_s: float = Field(10.0, gt=0)
     drain_grace_s: float = Field(30.0, ge=0)  # on SIGTERM, how long in-flight calls may finish
     keepalive_time_s: float = Field(20.0, ge=10)  # gRPC HTTP/2 PING interval
+    #: grpc | websocket | auto (try gRPC, fall back to WebSocket, remember what worked in the state dir)
+    transport: Literal["grpc", "websocket", "auto"] = "auto"
+    #: In ``auto``, how long gRPC may take to connect before WebSocket is tried.
+    auto_grpc_connect_timeout_s: float = Field(5.0, gt=0)
+    #: HTTP CONNECT proxy for the tunnel (``http://[user:pass@]host:port``); ``none``: never use one.
+    #: Unset: ``https_proxy`` / ``HTTPS_PROXY`` from the environment, minus ``no_proxy`` / ``NO_PROXY``.
+    proxy_url: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> ConnectionConfig:
@@ -84,6 +104,45 @@ class LoggingConfig(_Strict):
     format: Literal["plain", "json"] = "plain"
 
 
+class ObservabilityConfig(_Strict):
+    """The edge's HTTP endpoint for ``/metrics``, ``/healthz`` and ``/readyz``. It serves no
+    secrets, but it is off the loopback interface only when ``allow_remote`` says so."""
+
+    listen: str | None = "127.0.0.1:9464"  # HOST:PORT, port 0 picks one; None: no endpoint
+    allow_remote: bool = False
+
+    @model_validator(mode="after")
+    def _check(self) -> ObservabilityConfig:
+        if self.listen is None:
+            return self
+        host, port = self.address
+        if not 0 <= port <= 65535:
+            raise ValueError(f"listen port {port} is out of range")
+        if not self.allow_remote and not _is_loopback(host):
+            raise ValueError(
+                f"listen host {host!r} is not a loopback address; set allow_remote: true to expose it"
+            )
+        return self
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)`` of ``listen`` (brackets stripped from an IPv6 host)."""
+        assert self.listen is not None
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"listen must be HOST:PORT, got {self.listen!r}")
+        return host.strip("[]"), int(port)
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 class EdgeConfig(_Strict):
     control_plane: ControlPlaneConfig = ControlPlaneConfig()
     state_dir: Path = Path("/var/lib/outpost-edge")
@@ -92,10 +151,13 @@ class EdgeConfig(_Strict):
     policy: Policy | None = None
     #: Private MCP servers this edge fronts (their credentials stay here; see edge_agent.mcp.config).
     mcp_servers: McpServers = ()
+    #: The edge's own git credentials, for cloning and relaying sessions' repositories.
+    git: GitConfig = GitConfig()
     sandbox: SandboxConfig = SandboxConfig()
     connection: ConnectionConfig = ConnectionConfig()
     results: ResultsConfig = ResultsConfig()
     logging: LoggingConfig = LoggingConfig()
+    observability: ObservabilityConfig = ObservabilityConfig()
 
     @model_validator(mode="after")
     def _one_policy(self) -> EdgeConfig:

@@ -1,10 +1,13 @@
 """``EdgeAgent``: the edge daemon, composed from its parts.
 
     config + identity ─► DockerRuntime ─► SandboxManager ─┐
+                         GitService ──────┘ (clones, relay)│
                          ResultJournal ───────────────────┼─► Dispatcher ─► Link ─► control plane
                          Policy ──────────────────────────┘
 
-It listens on nothing: the link dials out. Lifecycle: ``async with EdgeAgent(config) as agent``
+The link dials out; the only listener is the optional observability endpoint
+(:mod:`edge_agent.observe`: ``/metrics``, ``/healthz``, ``/readyz``, loopback by default).
+Lifecycle: ``async with EdgeAgent(config) as agent``
 starts everything (reconciling the containers it owns first, so nothing leaks across a
 ``kill -9``); :meth:`EdgeAgent.drain` finishes in-flight calls within the grace period; leaving the
 context closes everything, idempotently.
@@ -20,12 +23,14 @@ import signal
 from types import TracebackType
 
 from edge_agent.config import EdgeConfig
-from edge_agent.connection import Link, Transport, connect_grpc
+from edge_agent.connection import Dialer, Link, Transport
 from edge_agent.dispatch import Dispatcher
 from edge_agent.errors import ConfigError
+from edge_agent.git import EdgeCredentials, GitService, RelayRoutes, load_or_create_key
 from edge_agent.identity import Identity
 from edge_agent.journal import ResultJournal
 from edge_agent.mcp import McpCatalog, McpHub
+from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
@@ -39,6 +44,8 @@ log = logging.getLogger(__name__)
 TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
 _JOURNAL_PRUNE_INTERVAL_S = 3600.0
 _MCP_START_WAIT_S = 5.0  # how long start-up waits for MCP servers before dialling out
+GIT_RELAY_KEY_FILE = "git-relay.key"  # in state_dir: the key of the sandboxes' relay tokens
+GIT_SCRATCH_DIR = "git-scratch"  # in state_dir: clones on their way into a workspace
 
 
 class EdgeAgent:
@@ -47,14 +54,29 @@ class EdgeAgent:
         self.policy: Policy = config.load_policy()
         self.identity = identity or Identity.load(config.state_dir)
         address = config.control_plane.tunnel_address or self.identity.tunnel_address
-        if not address:
+        if not address and config.connection.transport != "websocket":
             raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
-        self.tunnel_address = address
+        self.tunnel_address = address or ""
+        self.dialer = Dialer(  # gRPC, WebSocket or auto; through the configured or environment proxy
+            identity=self.identity,
+            config=config.connection,
+            tunnel_address=address,
+            control_plane_url=config.control_plane.url or self.identity.control_plane_url,
+            state_dir=config.state_dir,
+            max_frame_bytes=SessionConfig().max_frame_bytes,
+            tls_server_name=config.control_plane.tls_server_name,
+        )
         self.runtime: DockerRuntime | None = None
         self.manager: SandboxManager | None = None
         self.journal: ResultJournal | None = None
         self.link: Link | None = None
         self.mcp: McpHub | None = None
+        self.metrics = EdgeMetrics(
+            edge_id=self.identity.edge_id,
+            tools=TOOLS,
+            mcp_servers=[server.name for server in config.mcp_servers],
+        )
+        self.observe: ObserveServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
 
@@ -80,6 +102,7 @@ class EdgeAgent:
         self.journal = ResultJournal(cfg.state_dir / "journal.db", cfg.results.retention_s)
         await self.journal.__aenter__()
         self.runtime = DockerRuntime(base_url=cfg.sandbox.docker_url)
+        self.git = await self._git_service()
         self.manager = SandboxManager(
             self.runtime,
             edge_id=self.edge_id,
@@ -87,6 +110,7 @@ class EdgeAgent:
             max_sandboxes=self.policy.max_sandboxes,
             default_limits=self.policy.resolve(),
             name_prefix=cfg.sandbox.name_prefix,
+            git=self.git,
         )
         await self.manager.start()
         if cfg.mcp_servers:
@@ -96,13 +120,15 @@ class EdgeAgent:
         self.link = Link(
             connect=self._connect,
             hello=self._hello,
-            handler=dispatcher,
+            handler=self.metrics.instrument(dispatcher),
             config=cfg.connection,
             session_config=SessionConfig(
                 heartbeat_interval_s=cfg.connection.heartbeat_interval_s,
                 heartbeat_timeout_s=cfg.connection.heartbeat_timeout_s,
             ),
         )
+        self.metrics.bind(link=self.link, manager=self.manager, capacity=self.policy.max_sandboxes)
+        await self._start_observe()
         self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
         self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
         log.info(
@@ -114,18 +140,42 @@ class EdgeAgent:
             self.policy.max_sandboxes,
         )
 
-    async def _connect(self) -> Transport:
-        ident = self.identity
-        return await connect_grpc(
-            self.tunnel_address,
-            ca_pem=ident.ca_pem,
-            key_pem=ident.key_pem,
-            cert_pem=ident.cert_pem,
-            max_frame_bytes=SessionConfig().max_frame_bytes,
-            keepalive_time_s=self.config.connection.keepalive_time_s,
-            connect_timeout_s=self.config.connection.connect_timeout_s,
-            tls_server_name=self.config.control_plane.tls_server_name,
+    async def _start_observe(self) -> None:
+        if self.config.observability.listen is None:
+            return
+        host, port = self.config.observability.address
+        server = ObserveServer(
+            host, port, render=self.metrics.registry.render, readiness=self.metrics.readiness
         )
+        try:
+            await server.start()
+        except OSError as exc:
+            log.error(
+                "observability endpoint not started: cannot listen on %s: %s "
+                "(change observability.listen, or set it to null)",
+                self.config.observability.listen,
+                exc.strerror or exc,
+            )
+            return
+        self.observe = server
+
+    async def _git_service(self) -> GitService:
+        """Clones and the relay; the edge's git credentials are checked here (a bad secret file
+        stops the start with a message naming it)."""
+        cfg = self.config
+        credentials = EdgeCredentials(cfg.git.credentials)
+        await asyncio.to_thread(credentials.check)
+        cfg.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = await asyncio.to_thread(load_or_create_key, cfg.state_dir / GIT_RELAY_KEY_FILE)
+        return GitService(
+            cfg.git,
+            scratch_dir=cfg.state_dir / GIT_SCRATCH_DIR,
+            routes=RelayRoutes(key),
+            credentials=credentials,
+        )
+
+    async def _connect(self) -> Transport:
+        return await self.dialer.connect()
 
     def _catalog_json(self) -> tuple[str, str]:
         if self.mcp is None:
@@ -148,6 +198,7 @@ class EdgeAgent:
                 "provision",
                 "destroy",
                 "egress",
+                "git",
                 *(("mcp",) if self.mcp is not None else ()),
                 *(f"tool:{t}" for t in TOOLS),
             ),
@@ -191,6 +242,8 @@ class EdgeAgent:
         self._closed = True
         if self.link is not None:
             await self.link.drain(0)
+        if self.observe is not None:
+            await self.observe.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -198,6 +251,8 @@ class EdgeAgent:
             await self.mcp.close()
         if self.manager is not None:
             await self.manager.close()
+        if self.git is not None:
+            await self.git.close()
         if self.runtime is not None:
             await self.runtime.close()
         if self.journal is not None:

@@ -1,7 +1,9 @@
 """The HTTP API (ASGI): ``create_app`` wires the routers to the services they use.
 
 Middleware, outermost first: the ``request-id`` header, then the body-size limit (413 before a
-route reads an oversized body). Routes under ``/v1`` other than enrollment need an API key.
+route reads an oversized body). Routes under ``/v1`` other than enrollment need an API key, and so
+does ``/metrics`` unless ``ApiConfig.metrics_public`` (see :mod:`control_plane.api.metrics`). The
+request id is bound to the log context for everything logged while the request is served.
 """
 
 from __future__ import annotations
@@ -22,15 +24,19 @@ from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
 from control_plane.api.events import events_router
+from control_plane.api.metrics import ControlPlaneMetrics, metrics_router
 from control_plane.api.operations import operations_router
+from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
 from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
 from control_plane.runner import SessionRunner
+from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.store.base import Store
-from control_plane.tunnel import EdgeGateway, EdgeRegistry
+from control_plane.tunnel import WS_TUNNEL_PATH, EdgeGateway, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
+from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
 __all__ = ["ApiConfig", "ApiServices", "NullRunner", "create_app"]
@@ -44,6 +50,7 @@ class ApiConfig:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
     stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
+    metrics_public: bool = False  # serve /metrics without an API key
 
 
 class NullRunner:
@@ -68,6 +75,8 @@ class ApiServices:
     runner: SessionRunner = field(default_factory=NullRunner)
     config: ApiConfig = field(default_factory=ApiConfig)
     vault: Vault | None = None  # None: the /v1/vaults routes answer 503
+    metrics: ControlPlaneMetrics | None = None  # None: no /metrics route
+    tunnel_ws: WsTunnelEndpoint | None = None  # the WebSocket tunnel; None: not served
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -80,7 +89,8 @@ def create_app(services: ApiServices) -> FastAPI:
     async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
         rid = "req_" + secrets.token_hex(12)
         request.state.request_id = rid
-        response = await call_next(request)
+        with log_context(request_id=rid):
+            response = await call_next(request)
         response.headers["request-id"] = rid
         return response
 
@@ -94,7 +104,11 @@ def create_app(services: ApiServices) -> FastAPI:
     authed.include_router(operator_router(services.enrollment))
     authed.include_router(environments_router(services.store, services.clock))
     authed.include_router(agents_router(services.store, services.clock))
-    authed.include_router(sessions_router(services.store, services.bus, services.runner, services.clock))
+    tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
+    authed.include_router(
+        sessions_router(services.store, services.bus, services.runner, services.clock, tokens)
+    )
+    authed.include_router(session_resources_router(services.store, tokens, services.clock))
     authed.include_router(
         events_router(
             services.store,
@@ -107,4 +121,9 @@ def create_app(services: ApiServices) -> FastAPI:
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
     authed.include_router(vaults_router(services.vault, services.clock))
     app.include_router(authed)
+    if services.metrics is not None:
+        auth = None if services.config.metrics_public else ApiKeyAuth(services.store)
+        app.include_router(metrics_router(services.metrics, auth))
+    if services.tunnel_ws is not None:  # edges authenticate with a PoP token, not an API key
+        app.router.add_websocket_route(WS_TUNNEL_PATH, services.tunnel_ws.handle)
     return app
