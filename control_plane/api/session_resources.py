@@ -15,7 +15,7 @@ Repositories themselves are created with the session (:func:`create_repositories
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from fastapi import APIRouter, Body
@@ -52,13 +52,15 @@ async def create_repositories(
     if tokens is None and any(repo.token for repo in repositories):
         raise ApiError(503, _NO_VAULT)
     created: list[Resource] = []
-    for repo in repositories:
+    for index, repo in enumerate(repositories):
         resource_id = new_resource_id()
         sealed = None
         if repo.token and tokens is not None:
             sealed = await tokens.seal(session_id, resource_id, repo.url, repo.token)
         body = repository_body(session_id, repo, sealed)
-        created.append(await store.create_resource(RESOURCE_KIND, resource_id, body, now))
+        # One microsecond apart: listings (ordered by creation time, then id) keep the request's order.
+        at = now + timedelta(microseconds=index)
+        created.append(await store.create_resource(RESOURCE_KIND, resource_id, body, at))
     return created
 
 
