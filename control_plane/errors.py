@@ -12,6 +12,7 @@
         ├── TokenRejected         enrollment token unknown / expired / used (.reason)
         ├── InvalidRequest        bad input from a client (.param)
         └── EdgeUnavailable       no connected edge can serve the environment
+            └── GatewayDraining   this process is shutting down: retry on another one
 
 Foreign exceptions (sqlite3, grpc, anthropic) are mapped to these where they are called.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "ControlPlaneError",
     "EdgeUnavailable",
     "Fenced",
+    "GatewayDraining",
     "InvalidRequest",
     "NotFound",
     "SequenceConflict",
@@ -83,3 +85,8 @@ class InvalidRequest(ControlPlaneError):
 
 class EdgeUnavailable(ControlPlaneError):
     pass
+
+
+class GatewayDraining(EdgeUnavailable):
+    """This control-plane process is shutting down and takes no new calls to edges (retryable:
+    another process, where the edge moved, will take them)."""

@@ -161,7 +161,15 @@ class ControlPlane:
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
         self.mcp = self._mcp_router(self._vault_credentials)
         metered_model = MeteredModelClient(self.model, self.metrics)
-        self.harness = Harness(self.store, self.gateway, self.bus, metered_model, cfg.harness, mcp=self.mcp)
+        self.harness = Harness(
+            self.store,
+            self.gateway,
+            self.bus,
+            metered_model,
+            cfg.harness,
+            mcp=self.mcp,
+            placement=self._has_local_edge,
+        )
         harness = self.harness
         self.metrics.bind(active_sessions=lambda: len(harness.active_sessions()))
         await self.harness.start()
@@ -299,6 +307,16 @@ class ControlPlane:
         self._specs[environment_id] = (now, spec)
         return spec
 
+    async def _has_local_edge(self, environment_id: str) -> bool:
+        """Whether this process should run a session of the environment (``harness.follow_tunnels``):
+        it holds a tunnel to one of the environment's edges, or the environment has no edge at
+        all (nothing to follow: any process may run it)."""
+        if self.registry.for_environment(environment_id):
+            return True
+        assert self.store is not None
+        edges = await self.store.list_edges(environment_id)
+        return all(edge.revoked_at is not None for edge in edges)
+
     def _on_revoked(self, edge_id: str) -> None:
         if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, "edge certificate revoked"):
             log.warning("edge %s revoked: its tunnel was cut", edge_id)
@@ -307,6 +325,12 @@ class ControlPlane:
         if self._closed:
             return
         self._closed = True
+        # Drain: no new calls to edges, edges told to move (they leave once their tunnel closes,
+        # after the calls in flight answered); sessions stop at their next call to an edge and
+        # their leases are released for the process the edges move to.
+        self.gateway.start_draining()
+        if self.tunnel is not None:
+            self.tunnel.announce_drain(self.config.drain_grace_s)
         if self.harness is not None:
             await self.harness.close(grace_s=self.config.drain_grace_s)
         if self.tunnel is not None:

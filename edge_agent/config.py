@@ -5,6 +5,10 @@ Example (every key optional except ``control_plane``)::
     control_plane:
       url: https://outpost.example.com        # HTTP API, used by `outpost-edge register`
       tunnel_address: outpost.example.com:7443
+      # or several control-plane processes, tried in order; a draining one sends the edge on:
+      # addresses:
+      #   - {tunnel_address: cp-a.example.com:7443, url: https://cp-a.example.com}
+      #   - {tunnel_address: cp-b.example.com:7443, url: https://cp-b.example.com}
     state_dir: /var/lib/outpost-edge
     name: build-host-17
     policy_file: /etc/outpost-edge/policy.yaml   # or an inline `policy:` section
@@ -44,6 +48,7 @@ from edge_agent.policy import Policy
 
 __all__ = [
     "ConnectionConfig",
+    "ControlPlaneAddress",
     "ControlPlaneConfig",
     "EdgeConfig",
     "LoggingConfig",
@@ -57,10 +62,32 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class ControlPlaneAddress(_Strict):
+    """One control-plane process: its gRPC tunnel and/or its HTTP(S) URL (WebSocket tunnel)."""
+
+    tunnel_address: str | None = None
+    url: str | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> ControlPlaneAddress:
+        if not self.tunnel_address and not self.url:
+            raise ValueError("an address needs tunnel_address, url or both")
+        return self
+
+
 class ControlPlaneConfig(_Strict):
     url: str | None = None  # HTTP(S) API base URL; enrollment goes here
     tunnel_address: str | None = None  # host:port of the gRPC tunnel; defaults to what enrollment returned
     tls_server_name: str | None = None  # override the name checked in the tunnel's server certificate
+    #: Several control-plane processes, tried in order: the edge moves to the next one when a
+    #: connection attempt fails, and at once when the one it is connected to drains.
+    addresses: tuple[ControlPlaneAddress, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ControlPlaneConfig:
+        if self.addresses and self.tunnel_address:
+            raise ValueError("give either `tunnel_address` or `addresses`, not both")
+        return self
 
 
 class ConnectionConfig(_Strict):

@@ -19,11 +19,14 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 from types import TracebackType
 
+from edge_agent import sdnotify
 from edge_agent.config import EdgeConfig
 from edge_agent.connection import Dialer, Link, Transport
+from edge_agent.connection.dialer import Endpoint
 from edge_agent.dispatch import Dispatcher
 from edge_agent.errors import ConfigError
 from edge_agent.git import EdgeCredentials, GitService, RelayRoutes, load_or_create_key
@@ -53,7 +56,14 @@ class EdgeAgent:
         self.config = config
         self.policy: Policy = config.load_policy()
         self.identity = identity or Identity.load(config.state_dir)
-        address = config.control_plane.tunnel_address or self.identity.tunnel_address
+        cp = config.control_plane
+        endpoints = [Endpoint(a.tunnel_address, a.url) for a in cp.addresses] or [
+            Endpoint(
+                cp.tunnel_address or self.identity.tunnel_address,
+                cp.url or self.identity.control_plane_url,
+            )
+        ]
+        address = endpoints[0].tunnel_address
         if not address and config.connection.transport != "websocket":
             raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
         self.tunnel_address = address or ""
@@ -61,7 +71,8 @@ class EdgeAgent:
             identity=self.identity,
             config=config.connection,
             tunnel_address=address,
-            control_plane_url=config.control_plane.url or self.identity.control_plane_url,
+            control_plane_url=endpoints[0].control_plane_url,
+            more_endpoints=endpoints[1:],
             state_dir=config.state_dir,
             max_frame_bytes=SessionConfig().max_frame_bytes,
             tls_server_name=config.control_plane.tls_server_name,
@@ -79,6 +90,7 @@ class EdgeAgent:
         self.observe: ObserveServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self.notifier = sdnotify.Notifier.from_environ(os.environ)  # systemd Type=notify, if any
 
     @property
     def edge_id(self) -> str:
@@ -122,6 +134,7 @@ class EdgeAgent:
             hello=self._hello,
             handler=self.metrics.instrument(dispatcher),
             config=cfg.connection,
+            on_peer_drain=self.dialer.rotate,
             session_config=SessionConfig(
                 heartbeat_interval_s=cfg.connection.heartbeat_interval_s,
                 heartbeat_timeout_s=cfg.connection.heartbeat_timeout_s,
@@ -131,6 +144,14 @@ class EdgeAgent:
         await self._start_observe()
         self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
         self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
+        c = cfg.connection  # the watchdog tolerates a reconnect with backoff, not a link stuck down
+        supervise = sdnotify.supervise(
+            self.notifier,
+            self.link.connected,
+            interval_s=sdnotify.watchdog_interval_s(os.environ),
+            grace_s=2 * (c.backoff_max_s + c.connect_timeout_s) + c.heartbeat_timeout_s,
+        )
+        self._tasks.append(asyncio.create_task(supervise, name="edge-sdnotify"))
         log.info(
             "edge %s (%s) started: tunnel %s, policy %s, up to %d sandboxes",
             self.edge_id,
@@ -228,6 +249,7 @@ class EdgeAgent:
 
     async def drain(self) -> None:
         """Finish in-flight calls within the configured grace period and stop the link."""
+        self.notifier.stopping()
         if self.link is not None:
             log.info(
                 "draining: up to %.0f s for %d call(s) in flight",

@@ -41,6 +41,11 @@ class HarnessConfig(BaseModel):
     tool_timeout_s: float | None = Field(None, gt=0)
     #: Deadline of one MCP tool call; ``None`` leaves it to the MCP router's default.
     mcp_tool_timeout_s: float | None = Field(None, gt=0)
+    #: Several control-plane processes on one store: run a session only in a process that holds a
+    #: tunnel to an edge of its environment (the brain follows the hands), and let its lease go
+    #: when that process has had no such tunnel for ``tunnel_lost_release_s``.
+    follow_tunnels: bool = False
+    tunnel_lost_release_s: float = Field(30.0, ge=0)
     #: After an unexpected harness error on a session, wake it again after this long.
     error_retry_s: float = Field(5.0, gt=0)
 

@@ -30,7 +30,14 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from control_plane.bus import EventBus
-from control_plane.errors import EdgeUnavailable, Fenced, NotFound, SequenceConflict, VersionConflict
+from control_plane.errors import (
+    EdgeUnavailable,
+    Fenced,
+    GatewayDraining,
+    NotFound,
+    SequenceConflict,
+    VersionConflict,
+)
 from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
@@ -377,6 +384,10 @@ class SessionDriver:
                 )
             except _Interrupted:
                 return  # the next step answers the call as interrupted and ends the turn
+            except GatewayDraining as exc:
+                # This process is shutting down: leave the call unanswered for the harness that
+                # takes the lease next (it re-sends it with the same idempotency key).
+                raise _Stop(str(exc)) from None
             except EdgeUnavailable as exc:
                 content, is_error = ev.text_content(f"The sandbox is unavailable: {exc}"), True
             except OutpostError as exc:

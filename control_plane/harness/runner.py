@@ -8,8 +8,14 @@ or expires, so input is never left unread.
 
 When a session has nothing to do its task releases the lease and ends. On :meth:`Harness.start`
 the harness wakes every session whose status is ``running`` / ``rescheduling`` and every expired
-lease (sessions of a harness that died), and keeps sweeping for expired leases every
-``lease_scan_interval_s``.
+lease (sessions of a harness that died), and keeps sweeping every ``lease_scan_interval_s`` for
+expired leases and for resumable sessions whose lease is free (released by a harness that stopped).
+
+Placement (``placement``, used when ``config.follow_tunnels``): a harness takes a session's lease
+only if ``placement(environment_id)`` says this process may run it (it holds a tunnel to an edge of
+the environment); others are left for the process that does. A held session whose placement has
+been refused for ``tunnel_lost_release_s`` is stopped and its lease released, so that the process
+the edge moved to takes it over on its next sweep.
 
 Lifecycle: ``async with Harness(...)`` (or ``start`` / ``close``). ``close`` cancels the session
 tasks and releases their leases, so another harness can resume them at once; the log makes that
@@ -21,7 +27,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from types import TracebackType
@@ -69,6 +76,7 @@ class Harness:
         holder_id: str | None = None,
         clock: Callable[[], datetime] = _utcnow,
         mcp: McpBackend | None = None,
+        placement: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
         """``mcp``: how the agents' MCP servers are reached (``control_plane.mcp.McpRouter``);
         without it, MCP servers are reported unavailable and their tools not offered. Like the
@@ -79,6 +87,8 @@ class Harness:
             store=store, gateway=gateway, model=model, bus=bus, config=self.config, clock=clock, mcp=mcp
         )
         self._slots: dict[str, _Slot] = {}
+        self._placement = placement if self.config.follow_tunnels else None
+        self._misplaced_since: dict[str, float] = {}  # session id -> monotonic time
         self._environments: dict[str, str] = {}  # session id -> environment id, for destroy
         self._retries: dict[str, asyncio.TimerHandle] = {}
         self._sweeper: asyncio.Task[None] | None = None
@@ -183,11 +193,20 @@ class Harness:
         try:
             while True:
                 slot.wake.clear()
-                # Read the session while the lease is being taken: one round trip fewer before
-                # the first model request (the read needs no lease; appends are fenced).
-                acquired, session = await asyncio.gather(
-                    slot.keeper.acquire(), self._read_session(session_id)
-                )
+                if self._closing:
+                    return
+                if self._placement is not None:
+                    session = await self._read_session(session_id)
+                    if session is not None and not await self._placed_here(session):
+                        log.debug("session %s: no local edge of its environment; left", session_id)
+                        return
+                    acquired = await slot.keeper.acquire()
+                else:
+                    # Read the session while the lease is being taken: one round trip fewer
+                    # before the first model request (the read needs no lease; appends are fenced).
+                    acquired, session = await asyncio.gather(
+                        slot.keeper.acquire(), self._read_session(session_id)
+                    )
                 if not acquired:
                     await asyncio.sleep(self.config.lease_busy_retry_s)
                     continue
@@ -216,6 +235,34 @@ class Harness:
                 self._retries[session_id] = loop.call_later(
                     self.config.error_retry_s, self._retry_wake, session_id
                 )
+
+    async def _placed_here(self, session: Resource) -> bool:
+        env = session.body.get("environment_id")
+        if self._placement is None or not isinstance(env, str) or not env:
+            return True
+        return await self._placement(env)
+
+    async def _release_misplaced(self) -> None:
+        """Stop the sessions whose environment has had no edge on this process for
+        ``tunnel_lost_release_s`` (their leases are released: another process takes them)."""
+        if self._placement is None:
+            return
+        now = time.monotonic()
+        for session_id in list(self.active_sessions()):
+            env = self._environments.get(session_id) or await self._environment_of(session_id)
+            if env is None or await self._placement(env):
+                self._misplaced_since.pop(session_id, None)
+                continue
+            since = self._misplaced_since.setdefault(session_id, now)
+            if now - since < self.config.tunnel_lost_release_s:
+                continue
+            slot = self._slots.get(session_id)
+            if slot is None or slot.task is None:
+                continue
+            log.info("session %s: no tunnel to its environment here any more; releasing it", session_id)
+            self._misplaced_since.pop(session_id, None)
+            slot.task.cancel()  # the task releases the lease on its way out
+            await asyncio.wait({slot.task})
 
     async def _read_session(self, session_id: str) -> Resource | None:
         try:
@@ -274,10 +321,22 @@ class Harness:
         for lease in await self._ctx.store.expired_leases(self._ctx.clock(), limit=_SCAN_PAGE):
             self._ensure_running(lease.session_id)
 
+    async def _wake_released(self) -> None:
+        """Resumable sessions whose lease is free (a harness released it mid-turn as it shut
+        down or moved it away): one listing plus one lease read per session not running here."""
+        store = self._ctx.store
+        for status in _RESUMABLE_STATUSES:
+            page = await store.list_resources("session", filters={"status": status}, limit=_SCAN_PAGE)
+            for resource in page.items:
+                if resource.id not in self._slots and await store.get_lease(resource.id) is None:
+                    self._ensure_running(resource.id)
+
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.lease_scan_interval_s)
             try:
                 await self._wake_expired()
+                await self._wake_released()
+                await self._release_misplaced()
             except Exception as exc:
                 log.warning("harness %s: could not scan for expired leases: %s", self.holder_id, exc)

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.errors import EdgeUnavailable, InvalidRequest
+from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, RemoteError
@@ -74,6 +74,13 @@ class EdgeGateway:
         self._config = config or GatewayConfig()
         self._clock = clock
         self._sticky: dict[str, str] = {}  # session id -> edge id
+        self.draining = False
+
+    def start_draining(self) -> None:
+        """Refuse new calls (``GatewayDraining``, retryable) and stop waiting for edges that drop:
+        they are moving to another control-plane process, which will take the calls again with the
+        same idempotency keys. Calls already sent keep waiting for their results."""
+        self.draining = True
 
     async def _spec(self, session_id: str, environment_id: str) -> Provision:
         return await self._sandbox_spec(session_id, environment_id) if self._sandbox_spec else Provision()
@@ -167,6 +174,8 @@ class EdgeGateway:
         """Destroy the session's sandbox and workspace. Without a known edge for the session (the
         control plane restarted, say), every connected edge of the environment is asked."""
         edge_id = self._sticky.pop(session_id, None)
+        if self.draining:
+            raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         targets = (
             [edge_id] if edge_id else [c.edge_id for c in self._registry.for_environment(environment_id)]
         )
@@ -195,6 +204,8 @@ class EdgeGateway:
     async def _pick_edge(
         self, session_id: str, environment_id: str, *, mcp_server: str | None = None
     ) -> EdgeConnection:
+        if self.draining:
+            raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if mcp_server is not None:
             return await self._pick_mcp_edge(session_id, environment_id, mcp_server)
         edge_id = self._sticky.get(session_id)
@@ -286,6 +297,10 @@ class EdgeGateway:
                         closed.cancel()
                     if future.done():
                         break
+                    if self.draining:
+                        raise GatewayDraining(
+                            f"edge {edge_id} left this draining control plane during {request.request_id}"
+                        )
                     log.info(
                         "edge %s dropped during %s; waiting for it to return", edge_id, request.request_id
                     )

@@ -82,6 +82,7 @@ class GrpcTunnelServer:
         )
         self.port = 0
         self._started = False
+        self._drain_announced = False
 
     @property
     def address(self) -> str:
@@ -101,12 +102,20 @@ class GrpcTunnelServer:
         if not self._started:
             return
         self._started = False
-        for conn in self._registry.all_connections():
-            conn.send_drain("control plane shutting down", int(grace_s * 1000))
+        self.announce_drain(grace_s)
         await self._registry.wait_no_pending(grace_s)
         for conn in self._registry.all_connections():
             conn.close(ErrorCode.UNAVAILABLE, "control plane shutting down")
         await self._server.stop(grace=1.0)
+
+    def announce_drain(self, grace_s: float) -> None:
+        """Tell every connected edge (gRPC and WebSocket alike) that this control plane is going
+        away: they move to another address once it closes their tunnel. Idempotent."""
+        if self._drain_announced:
+            return
+        self._drain_announced = True
+        for conn in self._registry.all_connections():
+            conn.send_drain("control plane shutting down", int(grace_s * 1000))
 
     async def _connect(self, _request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         peer = context.peer()

@@ -8,6 +8,7 @@ flight when the link drops keeps running, and its result goes out on the next co
 State machine (transitions in ``_TRANSITIONS``; anything else is a bug and raises)::
 
     IDLE ─► CONNECTING ─► HANDSHAKING ─► CONNECTED ─► BACKING_OFF ─► CONNECTING ...
+                                              (no delay, next address, after the peer drained)
                  │              │             │
                  └──────────────┴─────────────┴──► BACKING_OFF     (failure at any step)
     any ─► DRAINING ─► STOPPED                                      (SIGTERM: drain, then stop)
@@ -89,8 +90,12 @@ class Link:
         session_config: SessionConfig,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
+        on_peer_drain: Callable[[], None] | None = None,
     ) -> None:
+        """``on_peer_drain``: called before the link reconnects (at once, without backoff) after
+        the control plane drained it: the dialer moves on to another control-plane address."""
         self._connect = connect
+        self._on_peer_drain = on_peer_drain
         self._hello = hello
         self._handler = handler
         self._config = config
@@ -138,6 +143,8 @@ class Link:
                 break
             self._to(LinkState.BACKING_OFF)
             delay = 0.0 if self._peer_draining else self._backoff.next_delay()
+            if self._peer_draining and self._on_peer_drain is not None:
+                self._on_peer_drain()
             self._peer_draining = False
             log.info("reconnecting in %.2f s (attempt %d)", delay, self._backoff.attempt)
             await asyncio.sleep(delay)

@@ -1,0 +1,196 @@
+"""Graceful failover: two control-plane processes on one store, one stopped during a session.
+
+Both processes (``outpost-control serve``) share one data dir (SQLite store, CA, admin key) on
+distinct loopback ports, with ``harness.follow_tunnels``. The edge (in the test process) knows
+both addresses and connects to A. While the first tool call runs, A gets SIGTERM: it refuses new
+calls to edges, tells the edge to drain, lets the running call answer, and releases the session's
+lease; the edge moves to B at once, and B (which now holds the tunnel) takes the lease and
+finishes the session. Every tool call runs once; no finished model turn is requested twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import docker
+import httpx
+import pytest
+import yaml
+
+from control_plane.model import LocalModelServer, Turn
+from control_plane.model.responders import tool_results_since_prompt
+from control_plane.model.script import ToolUse
+from edge_agent.config import EdgeConfig
+from edge_agent.daemon import EdgeAgent
+from edge_agent.enroll import register
+from tests.e2e.conftest import NAME_PREFIX, eventually
+from tests.e2e.test_control_plane_crash import ControlPlaneProcess
+
+pytestmark = pytest.mark.docker
+
+FIRST = "echo run >> /workspace/counter1; sleep 4; echo first done"
+SECOND = "echo run >> /workspace/counter2; sleep 1; echo second done"
+
+
+async def two_slow_calls(request: Mapping[str, Any]) -> Turn:
+    results = len(tool_results_since_prompt(request))
+    if results == 0:
+        return Turn([ToolUse("bash", {"command": FIRST})], stop_reason="tool_use")
+    if results == 1:
+        return Turn([ToolUse("bash", {"command": SECOND})], stop_reason="tool_use")
+    return Turn.text("Both commands ran.")
+
+
+class SharedStoreControlPlane(ControlPlaneProcess):
+    """A control-plane process whose data dir (store, CA, admin key) is shared with others."""
+
+    def __init__(self, workdir: Path, name: str, data_dir: Path, model_url: str) -> None:
+        super().__init__(workdir, model_url)
+        self.data_dir = data_dir
+        self.config = workdir / f"{name}.yaml"
+        self.log = workdir / f"{name}.log"
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "data_dir": str(data_dir),
+                    "http_port": self.http_port,
+                    "tunnel_port": self.tunnel_port,
+                    "model_base_url": model_url,
+                    "heartbeat_interval_s": 1.0,
+                    "heartbeat_timeout_s": 5.0,
+                    "drain_grace_s": 15.0,
+                    "harness": {
+                        "lease_ttl_s": 3,
+                        "lease_scan_interval_s": 0.5,
+                        "model_backoff_initial_s": 0.1,
+                        "follow_tunnels": True,
+                    },
+                }
+            )
+        )
+
+    @property
+    def tunnel_address(self) -> str:
+        return f"127.0.0.1:{self.tunnel_port}"
+
+
+async def _events(client: anthropic.AsyncAnthropic, session_id: str) -> list[Any]:
+    return [e async for e in client.beta.sessions.events.list(session_id)]
+
+
+async def test_sigterm_of_one_control_plane_moves_edge_and_session(
+    tmp_path: Path, docker_client: docker.DockerClient
+) -> None:
+    async with LocalModelServer(two_slow_calls) as model:
+        data_dir = tmp_path / "cp-data"
+        cp_a = SharedStoreControlPlane(tmp_path, "cp-a", data_dir, model.base_url)
+        cp_b = SharedStoreControlPlane(tmp_path, "cp-b", data_dir, model.base_url)
+        edge: EdgeAgent | None = None
+        try:
+            cp_a.start()
+            await cp_a.wait_up()  # A creates the store, CA and admin key; B then shares them
+            cp_b.start()
+            await cp_b.wait_up()
+            key = (data_dir / "admin-api-key").read_text().strip()
+            client_a = anthropic.AsyncAnthropic(base_url=cp_a.url, api_key=key, max_retries=3)
+            client_b = anthropic.AsyncAnthropic(base_url=cp_b.url, api_key=key, max_retries=3)
+            agent = await client_a.beta.agents.create(
+                name="failover", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
+            )
+            env = await client_a.beta.environments.create(name="failover", config={"type": "self_hosted"})
+            async with httpx.AsyncClient(
+                base_url=cp_a.url, headers={"authorization": f"Bearer {key}"}
+            ) as http:
+                token = (await http.post(f"/v1/environments/{env.id}/enrollment_tokens", json={})).json()
+            identity = await register(
+                cp_a.url,
+                token["token"],
+                tmp_path / "edge",
+                name="failover-edge",
+                ca_fingerprint=token["ca_fingerprint"],
+            )
+            edge = EdgeAgent(
+                EdgeConfig.model_validate(
+                    {
+                        "state_dir": str(tmp_path / "edge"),
+                        "control_plane": {
+                            "addresses": [
+                                {"tunnel_address": cp_a.tunnel_address, "url": cp_a.url},
+                                {"tunnel_address": cp_b.tunnel_address, "url": cp_b.url},
+                            ]
+                        },
+                        "sandbox": {"name_prefix": NAME_PREFIX},
+                        "connection": {
+                            "transport": "grpc",
+                            "heartbeat_interval_s": 1,
+                            "heartbeat_timeout_s": 5,
+                            "backoff_initial_s": 0.2,
+                            "backoff_max_s": 1,
+                        },
+                    }
+                ),
+                identity=identity,
+            )
+            await edge.start()
+            assert await edge.wait_connected(20)
+            assert edge.dialer.endpoint_index == 0  # on A
+
+            session = await client_a.beta.sessions.create(agent=agent.id, environment_id=env.id)
+            await client_a.beta.sessions.events.send(
+                session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+            )
+
+            async def first_tool_running() -> bool:
+                return any(e.type == "agent.tool_use" for e in await _events(client_a, session.id))
+
+            await eventually(first_tool_running, 30, "first tool_use")
+            await asyncio.sleep(1.0)  # the first bash call is sleeping in the sandbox
+            assert cp_a.proc is not None
+            cp_a.proc.send_signal(signal.SIGTERM)
+
+            async def idle() -> bool:
+                events = await _events(client_b, session.id)
+                statuses = [e for e in events if e.type == "session.status_idle"]
+                return (
+                    bool(statuses)
+                    and statuses[-1].stop_reason.type == "end_turn"
+                    and events[-1].type.startswith("session.")
+                )
+
+            await eventually(idle, 90, "session idle on B")
+            assert await asyncio.to_thread(cp_a.proc.wait, 30) == 0, cp_a.log.read_text()
+
+            # The edge moved to B (its second address) and kept its link.
+            assert edge.dialer.endpoint_index == 1
+            assert edge.link is not None and edge.link.connections >= 2
+
+            events = await _events(client_b, session.id)
+            results = [e for e in events if e.type == "agent.tool_result"]
+            assert len(results) == 2 and not any(r.is_error for r in results), results
+            assert "Both commands ran." in "".join(
+                b.text for b in [e for e in events if e.type == "agent.message"][-1].content
+            )
+
+            [container] = docker_client.containers.list(filters={"label": f"outpost.session_id={session.id}"})
+            for name in ("counter1", "counter2"):
+                code, out = container.exec_run(["wc", "-l", f"/workspace/{name}"], user="1000:1000")
+                assert code == 0 and out.split()[0] == b"1", (name, out)
+
+            by_stage = Counter(len(tool_results_since_prompt(r.body)) for r in model.requests)
+            assert by_stage == Counter({0: 1, 1: 1, 2: 1}), by_stage
+            await client_b.beta.sessions.delete(session.id)
+            await client_a.close()
+            await client_b.close()
+        finally:
+            if edge is not None:
+                if edge.manager is not None:
+                    await edge.manager.destroy_all_for_tests()
+                await edge.close()
+            cp_a.stop()
+            cp_b.stop()
