@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import APIRouter, Depends, Response
@@ -245,27 +245,18 @@ class MeteredGateway(EdgeGateway):
         idempotency_key: str,
         timeout_s: float | None = None,
     ) -> ToolResult:
-        started = time.monotonic()
-        outcome = "internal"
-        try:
-            with log_context(session_id=session_id):
-                result = await super().execute(
-                    session_id,
-                    environment_id,
-                    tool,
-                    tool_input,
-                    idempotency_key=idempotency_key,
-                    timeout_s=timeout_s,
-                )
-            outcome = "tool_error" if result.is_error else "ok"
-            return result
-        except BaseException as exc:
-            outcome = _outcome_of_error(exc)
-            raise
-        finally:
-            self._metrics.tool_call(
-                self.edge_for_session(session_id), tool, outcome, time.monotonic() - started
-            )
+        return await self._measured(
+            session_id,
+            tool,
+            super().execute(
+                session_id,
+                environment_id,
+                tool,
+                tool_input,
+                idempotency_key=idempotency_key,
+                timeout_s=timeout_s,
+            ),
+        )
 
     async def mcp_call(
         self,
@@ -278,19 +269,27 @@ class MeteredGateway(EdgeGateway):
         idempotency_key: str,
         timeout_s: float | None = None,
     ) -> ToolResult:
+        return await self._measured(
+            session_id,
+            "mcp",
+            super().mcp_call(
+                session_id,
+                environment_id,
+                server,
+                tool,
+                arguments,
+                idempotency_key=idempotency_key,
+                timeout_s=timeout_s,
+            ),
+        )
+
+    async def _measured(self, session_id: str, tool: str, call: Awaitable[ToolResult]) -> ToolResult:
+        """Await ``call`` with the session id on log lines, and count it by tool and outcome."""
         started = time.monotonic()
         outcome = "internal"
         try:
             with log_context(session_id=session_id):
-                result = await super().mcp_call(
-                    session_id,
-                    environment_id,
-                    server,
-                    tool,
-                    arguments,
-                    idempotency_key=idempotency_key,
-                    timeout_s=timeout_s,
-                )
+                result = await call
             outcome = "tool_error" if result.is_error else "ok"
             return result
         except BaseException as exc:
@@ -298,7 +297,7 @@ class MeteredGateway(EdgeGateway):
             raise
         finally:
             self._metrics.tool_call(
-                self.edge_for_session(session_id), "mcp", outcome, time.monotonic() - started
+                self.edge_for_session(session_id), tool, outcome, time.monotonic() - started
             )
 
 
