@@ -5,26 +5,42 @@ on conditions with a deadline."""
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from datetime import UTC, datetime
 from typing import Any
 
 from control_plane.errors import EdgeUnavailable
-from control_plane.harness import events as ev
-from control_plane.store.base import Event, NewEvent, Store
+from control_plane.store.base import Store
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
+from tests.integration.harness.harness_support import (
+    idle_count,
+    send,
+    send_message,
+    types,
+    utcnow,
+    wait_for,
+    wait_for_events,
+)
+
+__all__ = [
+    "ENV",
+    "FakeMcpGateway",
+    "create_session",
+    "idle_count",
+    "send",
+    "send_message",
+    "types",
+    "utcnow",
+    "wait_for",
+    "wait_for_events",
+]
+
 
 ENV = "env_mcp"
 
 ToolFn = Callable[[Mapping[str, Any]], Awaitable[ToolResult]]
-
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)
 
 
 class FakeMcpGateway:
@@ -131,48 +147,3 @@ async def create_session(store: Store, agent: Mapping[str, Any]) -> str:
     }
     await store.create_resource("session", session_id, body, utcnow())
     return session_id
-
-
-async def send(store: Store, session_id: str, type: str, payload: Mapping[str, Any]) -> str:
-    """Append user input as the API does (unfenced) and return its id."""
-    event_id = "sevt_" + uuid.uuid4().hex
-    await store.append(session_id, [NewEvent(event_id, type, dict(payload))], utcnow())
-    return event_id
-
-
-async def send_message(store: Store, session_id: str, text: str) -> str:
-    return await send(store, session_id, ev.USER_MESSAGE, {"content": [{"type": "text", "text": text}]})
-
-
-async def wait_for(condition: Callable[[], Awaitable[bool]], timeout_s: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        await asyncio.sleep(0.01)
-
-
-async def wait_for_events(
-    store: Store, session_id: str, predicate: Callable[[list[Event]], bool], timeout_s: float = 10.0
-) -> list[Event]:
-    found: list[Event] = []
-
-    async def check() -> bool:
-        nonlocal found
-        found = await store.get_events(session_id)
-        return predicate(found)
-
-    await wait_for(check, timeout_s, "events")
-    return found
-
-
-def idle_count(events: list[Event], stop: str = "end_turn") -> int:
-    return sum(
-        1
-        for e in events
-        if e.type == ev.SESSION_STATUS_IDLE and e.payload.get("stop_reason", {}).get("type") == stop
-    )
-
-
-def types(events: list[Event]) -> list[str]:
-    return [e.type for e in events]
