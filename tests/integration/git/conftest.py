@@ -5,32 +5,25 @@ session-wide check that nothing labelled with a test edge id is left behind."""
 from __future__ import annotations
 
 import itertools
-import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import docker
-import docker.errors
 import pytest
 from _git_server import GitHttpServer, make_repo
 
 from edge_agent.egress import EgressSpec
 from edge_agent.git import EdgeCredentials, GitConfig, GitService
 from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
+from tests.docker_support import docker_for_tests
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
 IMAGE = "outpost-sandbox:1"
 EDGE_PREFIX = f"test-git-{uuid.uuid4().hex[:8]}"
 CANARY = "canary-git-token-" + uuid.uuid4().hex[:12]
 """The upstream's credential: it must never be found inside a sandbox."""
 
 _counter = itertools.count(1)
-
-
-def _ours(labels: dict[str, str] | None) -> bool:
-    return (labels or {}).get("outpost.edge_id", "").startswith(EDGE_PREFIX)
 
 
 @pytest.fixture
@@ -50,27 +43,8 @@ def git_server(repos: Path) -> Iterator[GitHttpServer]:
 
 @pytest.fixture(scope="session")
 def docker_api() -> Iterator[Any]:
-    try:
-        client = docker.from_env()
-        client.ping()
-    except docker.errors.DockerException as exc:
-        pytest.fail(f"Docker tests need a Docker engine (or -m 'not docker'): {exc}")
-    subprocess.run(["bash", str(REPO_ROOT / "packaging/sandbox/build.sh"), IMAGE], check=True, timeout=900)
-    yield client
-    label = {"label": "outpost.managed=1"}
-    containers = [c for c in client.containers.list(all=True, filters=label) if _ours(c.labels)]
-    volumes = [v for v in client.volumes.list(filters=label) if _ours(v.attrs.get("Labels"))]
-    for container in containers:
-        container.remove(force=True)
-    for volume in volumes:
-        volume.remove(force=True)
-    networks = [n for n in client.networks.list(filters=label) if _ours(n.attrs.get("Labels"))]
-    for network in networks:
-        network.remove()
-    client.close()
-    assert not containers, f"containers left behind: {[c.name for c in containers]}"
-    assert not volumes, f"volumes left behind: {[v.name for v in volumes]}"
-    assert not networks, f"networks left behind: {[n.name for n in networks]}"
+    """A plain Docker SDK client for the tests' own checks; nothing of this suite's edges may survive it."""
+    yield from docker_for_tests(EDGE_PREFIX, IMAGE)
 
 
 def limits() -> SandboxLimits:
