@@ -119,6 +119,7 @@ class ControlPlane:
         self.ca = CertificateAuthority.load_or_create(cfg.data_dir / "ca")
         self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
         self.enrollment.add_revocation_listener(self._on_revoked)
+        self.gateway.placements = self.store  # a session goes back to its sandbox's edge, anywhere
         await self._ensure_admin_key()
         # -- vault: KEK from its key file (the default one is created 0600 at first start; a
         # configured one must exist), the broker's capability key beside the data --

@@ -71,6 +71,17 @@ _LEADING_STATUSES = frozenset({"running", "rescheduling"})
 _SPECULATIVE_DELAY_S = 0.05
 
 
+class SandboxMove(Protocol):
+    """A session's sandbox made anew on another edge (``control_plane.tunnel.SandboxMove`` fits)."""
+
+    @property
+    def from_edge_id(self) -> str: ...
+    @property
+    def to_edge_id(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
 class ToolGateway(Protocol):
     """The hands as the harness sees them (``control_plane.tunnel.EdgeGateway`` fits)."""
 
@@ -88,6 +99,12 @@ class ToolGateway(Protocol):
     ) -> ToolResult: ...
 
     async def destroy(self, session_id: str, environment_id: str) -> bool: ...
+
+    def take_move(self, session_id: str) -> SandboxMove | None:
+        """A move of the session's sandbox to another edge not yet reported (returned once)."""
+
+    def forget_session(self, session_id: str) -> None:
+        """Forget cached placement: the next call reads where the session's sandbox is."""
 
 
 @dataclass
@@ -157,6 +174,8 @@ class SessionDriver:
             return
         env = body.get("environment_id")
         self.environment_id = env if isinstance(env, str) and env else None
+        # Another process may have moved the session's sandbox while it held the session.
+        self._ctx.gateway.forget_session(self._sid)
         while True:
             if self._lease.lost.is_set():
                 raise _Stop("lease lost")
@@ -398,6 +417,10 @@ class SessionDriver:
             else:
                 self._ctx.provisioned.add(self._sid)
                 content, is_error = result.to_json(), result.is_error
+            move = self._ctx.gateway.take_move(self._sid)
+            if move is not None:  # the sandbox (and its workspace) was made anew on another edge
+                drafts.append(ev.sandbox_moved(move.from_edge_id, move.to_edge_id, move.reason))
+                content = [*ev.text_content(ev.sandbox_moved_note(move.reason)), *content]
         await self._append([*drafts, ev.tool_result(call.tool_use_id, content, is_error=is_error)])
 
     async def _mcp_offer(self, agent: AgentSpec) -> McpOffer:
@@ -421,6 +444,8 @@ class SessionDriver:
             )
         except _Interrupted:
             return  # the next step answers the call as interrupted and ends the turn
+        except GatewayDraining as exc:
+            raise _Stop(str(exc)) from None  # as for toolset calls: the next harness makes the call
         await self._append([draft])
 
     # -- interruption -------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ __all__ = [
     "mcp_server_error",
     "mcp_tool_result",
     "new_event_id",
+    "sandbox_moved",
+    "sandbox_moved_note",
     "session_error",
     "span_end_failed",
     "status_idle",
@@ -186,6 +188,33 @@ def session_error(error_type: str, message: str, retry_status: str) -> Draft:
     return Draft(
         SESSION_ERROR,
         {"error": {"type": error_type, "message": message, "retry_status": {"type": retry_status}}},
+    )
+
+
+def sandbox_moved(from_edge_id: str, to_edge_id: str, reason: str) -> Draft:
+    """The non-fatal ``session.error`` saying the session's sandbox was made anew on another edge
+    (``unknown_error``, ``retry_status: retrying``: the session goes on). ``sandbox_moved`` names
+    the edges; it is an Outpost field, which the SDK keeps as an extra attribute."""
+    message = (
+        f"The session's sandbox moved from edge {from_edge_id} to edge {to_edge_id} ({reason}). "
+        f"The new sandbox has its own /workspace: files written before the move stayed with edge "
+        f"{from_edge_id}'s workspace, and the shell started afresh."
+    )
+    draft = session_error("unknown_error", message, "retrying")
+    draft.payload["error"]["sandbox_moved"] = {
+        "from_edge_id": from_edge_id,
+        "to_edge_id": to_edge_id,
+        "reason": reason,
+    }
+    return draft
+
+
+def sandbox_moved_note(reason: str) -> str:
+    """What the model is told, ahead of the first result from the new sandbox."""
+    return (
+        f"[The sandbox was replaced by a new one on another machine ({reason}): files written "
+        "before this call may be missing, the shell's state is gone, and repositories were "
+        "cloned again.]"
     )
 
 

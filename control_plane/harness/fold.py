@@ -254,6 +254,8 @@ class SessionState:
             return
         if str(error.get("type", "")).startswith("repository_"):
             return  # a clone failed at the edge (reported with the tool error), not the model
+        if "sandbox_moved" in error:
+            return  # the hands moved to another edge, not a failed model request
         retry = error.get("retry_status")
         if isinstance(retry, Mapping) and retry.get("type") == "retrying":
             self.failures += 1

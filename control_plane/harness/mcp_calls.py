@@ -5,7 +5,9 @@
   :class:`~control_plane.mcp.models.ServerTools` with ``error_type``, never an exception.
 * :func:`call_tool` performs a :class:`~control_plane.harness.step.DispatchMcpTool` and returns
   the ``agent.mcp_tool_result`` to append (outcome and latency included). It too never raises for
-  a failed call: once an ``agent.mcp_tool_use`` is dispatched, it gets a recorded result.
+  a failed call: once an ``agent.mcp_tool_use`` is dispatched, it gets a recorded result. The one
+  exception is :class:`~control_plane.errors.GatewayDraining`: this process is shutting down, the
+  call is left unanswered and the harness that takes the session next makes it (same key).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from control_plane.errors import GatewayDraining
 from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec, McpServerSpec
 from control_plane.harness.step import DispatchMcpTool
@@ -95,6 +98,8 @@ async def call_tool(
                 idempotency_key=call.tool_use_id,
                 timeout_s=timeout_s,
             )
+        except GatewayDraining:
+            raise  # not the call's failure: this process is shutting down (the caller stops)
         except Exception as exc:
             log.exception("session %s: MCP call %s/%s failed", session_id, call.server, call.tool)
             text = f"The MCP call failed ({type(exc).__name__})."

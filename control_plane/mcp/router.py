@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
 
-from control_plane.errors import EdgeUnavailable, InvalidRequest
+from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest
 from control_plane.mcp.config import McpConfig
 from control_plane.mcp.direct import DirectMcpClient
 from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
@@ -216,6 +216,8 @@ class McpRouter:
             result = await self._gateway.mcp_call(
                 session_id, environment_id, name, tool, arguments, idempotency_key=key, timeout_s=timeout_s
             )
+        except GatewayDraining:
+            raise  # this process is shutting down: the harness stops; the next one calls again
         except EdgeUnavailable as exc:
             raise McpConnectionFailed(str(exc)) from None
         except InvalidRequest as exc:

@@ -100,6 +100,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # 2: which edge holds each session's sandbox (the gateway's stickiness, across restarts and
+    # control-plane processes)
+    (
+        """
+        CREATE TABLE sandbox_placements (
+            session_id TEXT PRIMARY KEY,
+            edge_id    TEXT NOT NULL
+        ) WITHOUT ROWID
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -228,6 +228,14 @@ class Store(Protocol):
     async def expired_leases(self, now: datetime, limit: int = 100) -> list[Lease]:
         """Leases past their expiry, for the harness to ``wake``."""
 
+    # -- sandbox placement (which edge holds a session's sandbox and workspace) ----------------
+    async def get_sandbox_edge(self, session_id: str) -> str | None:
+        """The edge recorded as holding the session's sandbox, ``None`` if none is."""
+
+    async def set_sandbox_edge(self, session_id: str, edge_id: str | None) -> None:
+        """Record the edge holding the session's sandbox (``None``: forget it). Last write wins:
+        only the holder of the session's lease moves its sandbox. Deleting the session forgets it."""
+
     # -- enrollment and edges -----------------------------------------------------------------
     async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None: ...
 

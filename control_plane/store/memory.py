@@ -112,6 +112,7 @@ class MemoryStore:
         self._events: dict[str, list[_StoredEvent]] = {}  # index i holds seq i + 1
         self._event_seqs: dict[str, dict[str, int]] = {}  # session -> event id -> seq
         self._leases: dict[str, _LeaseRow] = {}
+        self._sandbox_edges: dict[str, str] = {}
         self._tokens: dict[str, EnrollmentTokenRecord] = {}
         self._token_ids_by_hash: dict[str, str] = {}
         self._edges: dict[str, EdgeRecord] = {}
@@ -277,6 +278,7 @@ class MemoryStore:
             self._events.pop(id, None)
             self._event_seqs.pop(id, None)
             self._leases.pop(id, None)
+            self._sandbox_edges.pop(id, None)
 
     # -- the session event log --------------------------------------------------------------
 
@@ -396,6 +398,19 @@ class MemoryStore:
             if row.holder is not None and row.expires_us <= now_us
         )
         return [Lease(s, h, e, codec.from_us(x)) for x, s, h, e in expired[:limit]]
+
+    # -- sandbox placement ------------------------------------------------------------------
+
+    async def get_sandbox_edge(self, session_id: str) -> str | None:
+        self._check_open()
+        return self._sandbox_edges.get(session_id)
+
+    async def set_sandbox_edge(self, session_id: str, edge_id: str | None) -> None:
+        self._check_open()
+        if edge_id is None:
+            self._sandbox_edges.pop(session_id, None)
+        else:
+            self._sandbox_edges[session_id] = edge_id
 
     # -- enrollment and edges -----------------------------------------------------------------
 

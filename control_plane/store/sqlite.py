@@ -281,6 +281,7 @@ class SqliteStore:
             if kind == "session":
                 conn.execute("DELETE FROM events WHERE session_id = ?", (id,))
                 conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
+                conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (id,))
 
         await self._engine.write(run)
 
@@ -462,6 +463,30 @@ class SqliteStore:
             return [Lease(s, h, e, codec.from_us(x)) for s, h, e, x in rows]
 
         return await self._engine.read(run)
+
+    # -- sandbox placement ------------------------------------------------------------------
+
+    async def get_sandbox_edge(self, session_id: str) -> str | None:
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT edge_id FROM sandbox_placements WHERE session_id = ?", (session_id,)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._engine.read(run)
+
+    async def set_sandbox_edge(self, session_id: str, edge_id: str | None) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            if edge_id is None:
+                conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (session_id,))
+            else:
+                conn.execute(
+                    "INSERT INTO sandbox_placements (session_id, edge_id) VALUES (?, ?)"
+                    " ON CONFLICT (session_id) DO UPDATE SET edge_id = excluded.edge_id",
+                    (session_id, edge_id),
+                )
+
+        await self._engine.write(run)
 
     # -- enrollment and edges -----------------------------------------------------------------
 

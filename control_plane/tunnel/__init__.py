@@ -4,7 +4,7 @@ the gRPC and WebSocket carriers share one pump (:mod:`control_plane.tunnel.pump`
 from __future__ import annotations
 
 from control_plane.tunnel.connection import EdgeConnection
-from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig
+from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig, SandboxMove, SandboxPlacements
 from control_plane.tunnel.grpc_server import Authenticator, GrpcTunnelServer
 from control_plane.tunnel.registry import EdgeRegistry, EdgeStatus
 from control_plane.tunnel.ws_server import WS_TUNNEL_PATH, WsTunnelEndpoint
@@ -18,5 +18,7 @@ __all__ = [
     "EdgeStatus",
     "GatewayConfig",
     "GrpcTunnelServer",
+    "SandboxMove",
+    "SandboxPlacements",
     "WsTunnelEndpoint",
 ]

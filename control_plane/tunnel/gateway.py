@@ -7,6 +7,13 @@ sent again with the same request id and idempotency key. The edge answers a repe
 journal, so the tool runs once; a result the edge finished while disconnected is redelivered and
 resolves the request directly.
 
+Placement: the edge holding a session's sandbox (and its workspace) is remembered in memory and,
+with ``placements`` set (the store), durably, so that after a control-plane restart or on another
+control-plane process the session goes back to the same edge. When that edge is gone for good (it
+did not come back within ``reconnect_grace_s``, or it is shutting down) the next call provisions on
+another edge of the environment and the gateway records a :class:`SandboxMove`, which the harness
+reports in the session log (``take_move``).
+
 Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
 take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
 capacity, deadline, a repository that could not be cloned: ``REPOSITORY_*`` codes ...). A tool that
@@ -22,7 +29,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest
 from control_plane.tunnel.connection import EdgeConnection
@@ -41,7 +48,7 @@ from outpost_wire.frames import (
 )
 from outpost_wire.results import ToolResult
 
-__all__ = ["EdgeGateway", "GatewayConfig"]
+__all__ = ["EdgeGateway", "GatewayConfig", "SandboxMove", "SandboxPlacements"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,23 @@ class GatewayConfig:
     default_tool_timeout_s: float = 120.0  # bash's default; the request deadline adds slack_s
     slack_s: float = 30.0
     control_timeout_s: float = 60.0  # provision / destroy
+
+
+class SandboxPlacements(Protocol):
+    """Where the gateway keeps which edge holds each session's sandbox (the store fits)."""
+
+    async def get_sandbox_edge(self, session_id: str) -> str | None: ...
+
+    async def set_sandbox_edge(self, session_id: str, edge_id: str | None) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxMove:
+    """A session's sandbox was made on another edge than the one that held it."""
+
+    from_edge_id: str
+    to_edge_id: str
+    reason: str  # why the old edge was left, in plain words
 
 
 class EdgeGateway:
@@ -74,7 +98,10 @@ class EdgeGateway:
         self._config = config or GatewayConfig()
         self._clock = clock
         self._sticky: dict[str, str] = {}  # session id -> edge id
+        self._moves: dict[str, SandboxMove] = {}  # session id -> a move not yet reported
         self.draining = False
+        #: Durable placement (set by the control plane to its store); ``None``: memory only.
+        self.placements: SandboxPlacements | None = None
 
     def start_draining(self) -> None:
         """Refuse new calls (``GatewayDraining``, retryable) and stop waiting for edges that drop:
@@ -87,6 +114,18 @@ class EdgeGateway:
 
     def edge_for_session(self, session_id: str) -> str | None:
         return self._sticky.get(session_id)
+
+    def take_move(self, session_id: str) -> SandboxMove | None:
+        """The session's sandbox move not yet reported (each move is returned once)."""
+        return self._moves.pop(session_id, None)
+
+    def forget_session(self, session_id: str) -> None:
+        """Drop what this process remembers of the session's edge, so that the next call reads
+        the durable placement (a harness calls this when it takes a session: another process may
+        have moved the sandbox meanwhile). Without ``placements`` the memory is all there is, and
+        it is kept."""
+        if self.placements is not None:
+            self._sticky.pop(session_id, None)
 
     async def provision(
         self, session_id: str, environment_id: str, resources: Provision | None = None
@@ -174,8 +213,11 @@ class EdgeGateway:
         """Destroy the session's sandbox and workspace. Without a known edge for the session (the
         control plane restarted, say), every connected edge of the environment is asked."""
         edge_id = self._sticky.pop(session_id, None)
+        self._moves.pop(session_id, None)
         if self.draining:
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
+        if edge_id is None:
+            edge_id = await self._durable_edge(session_id)
         targets = (
             [edge_id] if edge_id else [c.edge_id for c in self._registry.for_environment(environment_id)]
         )
@@ -192,6 +234,7 @@ class EdgeGateway:
                 existed = existed or outcome.existed
             else:
                 raise _unexpected(outcome)
+        await self._record_placement(session_id, None)
         return existed
 
     # -- internals ----------------------------------------------------------------------------
@@ -209,16 +252,23 @@ class EdgeGateway:
         if mcp_server is not None:
             return await self._pick_mcp_edge(session_id, environment_id, mcp_server)
         edge_id = self._sticky.get(session_id)
+        if edge_id is None:
+            edge_id = await self._durable_edge(session_id)
+        left_because = ""
         if edge_id is not None:
             conn = self._registry.get(edge_id) or await self._registry.wait_for(
                 edge_id, self._config.reconnect_grace_s
             )
             if conn is not None and not conn.draining:
+                self._sticky[session_id] = edge_id
                 return conn
-            log.warning(
-                "session %s: edge %s is gone; moving the session to another edge", session_id, edge_id
+            left_because = (
+                f"edge {edge_id} is shutting down"
+                if conn is not None
+                else f"edge {edge_id} did not come back within {self._config.reconnect_grace_s:g} s"
             )
-            del self._sticky[session_id]
+            log.warning("session %s: %s; moving the session to another edge", session_id, left_because)
+            self._sticky.pop(session_id, None)
         candidates = [c for c in self._registry.for_environment(environment_id) if not c.draining]
         if not candidates:
             waited = await self._registry.wait_for_environment(environment_id, self._config.edge_wait_s)
@@ -227,7 +277,28 @@ class EdgeGateway:
             raise EdgeUnavailable(f"no edge of environment {environment_id!r} is connected")
         conn = max(candidates, key=lambda c: c.free_capacity)
         self._sticky[session_id] = conn.edge_id
+        if conn.edge_id != edge_id:
+            await self._record_placement(session_id, conn.edge_id)
+            if edge_id is not None:
+                self._moves[session_id] = SandboxMove(edge_id, conn.edge_id, left_because)
         return conn
+
+    async def _durable_edge(self, session_id: str) -> str | None:
+        if self.placements is None:
+            return None
+        try:
+            return await self.placements.get_sandbox_edge(session_id)
+        except Exception as exc:  # the store is down: carry on as if nothing was recorded
+            log.warning("session %s: could not read its sandbox placement: %s", session_id, exc)
+            return None
+
+    async def _record_placement(self, session_id: str, edge_id: str | None) -> None:
+        if self.placements is None:
+            return
+        try:
+            await self.placements.set_sandbox_edge(session_id, edge_id)
+        except Exception as exc:  # memory still has it; a restart would pick an edge afresh
+            log.warning("session %s: could not record its sandbox placement: %s", session_id, exc)
 
     async def _pick_mcp_edge(self, session_id: str, environment_id: str, server: str) -> EdgeConnection:
         """The session's edge if it fronts ``server``, else any edge of the environment that does

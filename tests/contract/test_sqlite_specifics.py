@@ -20,7 +20,7 @@ import pytest
 import control_plane.store
 from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.store import MemoryStore, SqliteStore, open_store
-from control_plane.store._sqlite_schema import SCHEMA_VERSION
+from control_plane.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
 
 from ._support import at, new_events
 
@@ -48,6 +48,24 @@ async def test_reopen_does_not_migrate_again(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         versions = [row[0] for row in conn.execute("SELECT version FROM schema_version ORDER BY version")]
     assert versions == list(range(1, SCHEMA_VERSION + 1))
+
+
+async def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None:
+    """A database made by the first release keeps its data and gains the later tables."""
+    path = tmp_path / "outpost.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (1)")
+        conn.execute("INSERT INTO resources VALUES ('session', 's1', 1, '{}', 0, 0, NULL)")
+    store = SqliteStore(path)
+    try:
+        assert (await store.get_resource("session", "s1")).id == "s1"
+        await store.set_sandbox_edge("s1", "edge_a")
+        assert await store.get_sandbox_edge("s1") == "edge_a"
+    finally:
+        await store.close()
 
 
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:

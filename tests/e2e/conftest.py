@@ -121,22 +121,32 @@ async def model_server() -> AsyncIterator[LocalModelServer]:
 
 
 @pytest.fixture
+def control_plane_overrides() -> dict[str, Any]:
+    """Settings a test module changes in the ``control_plane`` fixture's config (override it)."""
+    return {}
+
+
+@pytest.fixture
 async def control_plane(
-    tmp_path: Path, model_server: LocalModelServer, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
+    model_server: LocalModelServer,
+    monkeypatch: pytest.MonkeyPatch,
+    control_plane_overrides: dict[str, Any],
 ) -> AsyncIterator[ControlPlane]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", "e2e-model-key")
-    config = ControlPlaneConfig(
-        model_base_url=model_server.base_url,
-        harness=HarnessConfig(lease_ttl_s=5, model_backoff_initial_s=0.1),
-        data_dir=tmp_path / "cp",
-        http_port=0,
-        tunnel_port=0,
-        heartbeat_interval_s=1.0,
-        heartbeat_timeout_s=5.0,
-        drain_grace_s=2.0,
-        reconnect_grace_s=20.0,
-        edge_wait_s=2.0,
-    )
+    settings: dict[str, Any] = {
+        "model_base_url": model_server.base_url,
+        "harness": HarnessConfig(lease_ttl_s=5, model_backoff_initial_s=0.1),
+        "data_dir": tmp_path / "cp",
+        "http_port": 0,
+        "tunnel_port": 0,
+        "heartbeat_interval_s": 1.0,
+        "heartbeat_timeout_s": 5.0,
+        "drain_grace_s": 2.0,
+        "reconnect_grace_s": 20.0,
+        "edge_wait_s": 2.0,
+    }
+    config = ControlPlaneConfig(**{**settings, **control_plane_overrides})
     async with ControlPlane(config) as cp:
         yield cp
 

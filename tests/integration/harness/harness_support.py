@@ -63,6 +63,8 @@ class FakeGateway:
         self._results: dict[str, asyncio.Future[ToolResult]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._provision_delay_s = provision_delay_s
+        self.moves: list[Any] = []  # SandboxMove-like objects take_move hands out, oldest first
+        self.forgotten: list[str] = []
 
     async def provision(self, session_id: str, environment_id: str) -> object:
         start = time.monotonic()
@@ -100,6 +102,12 @@ class FakeGateway:
     async def destroy(self, session_id: str, environment_id: str) -> bool:
         self.destroyed.append(session_id)
         return True
+
+    def take_move(self, session_id: str) -> Any:
+        return self.moves.pop(0) if self.moves else None
+
+    def forget_session(self, session_id: str) -> None:
+        self.forgotten.append(session_id)
 
 
 async def create_session(store: Store, agent: Mapping[str, Any] = AGENT) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -27,6 +28,7 @@ from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
 from control_plane.harness import events as ev
 from control_plane.model import LocalModelServer, Script, ToolUse, Turn
 from control_plane.store import SqliteStore
+from control_plane.tunnel import SandboxMove
 
 FAST = HarnessConfig(
     lease_ttl_s=3.0,
@@ -397,3 +399,51 @@ async def test_close_with_grace_lets_the_running_turn_finish(store: SqliteStore)
     events = await store.get_events(session_id)
     assert idle_count(events) == 1
     assert harness.active_sessions() == set()
+
+
+async def test_a_sandbox_move_is_reported_once_and_told_to_the_model(store: SqliteStore) -> None:
+    """The gateway made the session's sandbox anew on another edge: the log gets a non-fatal
+    ``session.error`` naming both edges, the model reads a note ahead of the tool's output, and
+    the move is not counted as a failed model request."""
+    script = Script(
+        [
+            Turn.tool_use("bash", {"command": "ls /workspace"}),
+            Turn.tool_use("bash", {"command": "pwd"}),
+            Turn.text("Done."),
+        ]
+    )
+    gateway, bus = FakeGateway(), EventBus()
+    gateway.moves.append(SandboxMove("edge_a", "edge_b", "edge edge_a did not come back within 30 s"))
+    async with LocalModelServer(script) as server:
+        harness, model = await run_harness(store, server, gateway, bus)
+        session_id = await create_session(store)
+        await send_message(store, session_id, "Look around.")
+        await harness.wake(session_id)
+        events = await wait_for_events(store, session_id, lambda es: idle_count(es) == 1)
+        await settle(harness, session_id)
+        await harness.close()
+        await model.close()
+        requests = server.requests
+
+    assert session_id in gateway.forgotten  # the harness re-reads the placement when it takes over
+    errors = [e for e in events if e.type == ev.SESSION_ERROR]
+    assert len(errors) == 1
+    error = errors[0].payload["error"]
+    assert error["type"] == "unknown_error" and error["retry_status"] == {"type": "retrying"}
+    assert error["sandbox_moved"] == {
+        "from_edge_id": "edge_a",
+        "to_edge_id": "edge_b",
+        "reason": "edge edge_a did not come back within 30 s",
+    }
+    assert "edge_a" in error["message"] and "/workspace" in error["message"]
+    results = [e for e in events if e.type == ev.AGENT_TOOL_RESULT]
+    first, second = results
+    assert errors[0].seq == first.seq - 1  # recorded with the result it concerns
+    assert first.payload["content"][0]["text"].startswith("[The sandbox was replaced")
+    assert first.payload["content"][1] == {"type": "text", "text": "bash ran: ls /workspace"}
+    assert len(second.payload["content"]) == 1  # reported once
+    # The model saw the note; the next request is a first attempt, not a retry.
+    sent = requests[1].body["messages"][-1]["content"][0]
+    assert sent["type"] == "tool_result" and "sandbox was replaced" in json.dumps(sent)
+    starts = [e for e in events if e.type == ev.SPAN_MODEL_REQUEST_START]
+    assert len(starts) == 3 and idle_count(events) == 1

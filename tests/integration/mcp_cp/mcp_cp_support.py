@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from control_plane.errors import EdgeUnavailable
+from control_plane.errors import EdgeUnavailable, GatewayDraining
 from control_plane.store.base import Store
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
@@ -53,6 +53,7 @@ class FakeMcpGateway:
         self.servers = {name: dict(tools) for name, tools in servers.items()}
         self.down: set[str] = set()
         self.deny: dict[str, str] = {}
+        self.draining = False  # as a control plane shutting down: calls refused, retryable
         self.runs: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.gate = asyncio.Event()
@@ -79,6 +80,12 @@ class FakeMcpGateway:
 
     async def destroy(self, session_id: str, environment_id: str) -> bool:
         return False
+
+    def take_move(self, session_id: str) -> None:
+        return None
+
+    def forget_session(self, session_id: str) -> None:
+        pass
 
     # -- MCP ----------------------------------------------------------------------------------------
     def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]:
@@ -110,6 +117,8 @@ class FakeMcpGateway:
         timeout_s: float | None = None,
     ) -> ToolResult:
         self.calls[idempotency_key] += 1
+        if self.draining:
+            raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if server not in self.servers:
             raise EdgeUnavailable(f"no connected edge fronts MCP server {server!r}")
         if tool in self.deny:

@@ -345,3 +345,44 @@ async def test_resume_redispatches_the_unanswered_call_with_the_same_key(
     assert result.payload["mcp_tool_use_id"] == use.id and result.payload["outcome"] == "ok"
     assert gateway.calls[use.id] == 2  # dispatched again with the same key ...
     assert gateway.runs == {use.id: 1}  # ... and run once
+
+
+async def test_a_draining_control_plane_leaves_the_mcp_call_to_the_next_one(
+    store: SqliteStore, calc: BearerMcpServer
+) -> None:
+    """A control plane shutting down refuses calls to edges: the harness stops without recording a
+    result (it is not the tool's failure), and the harness that takes the session next makes the
+    call with the same idempotency key."""
+    gateway = FakeMcpGateway({"tickets": {"lookup_ticket": lookup, "close_ticket": close}})
+    gateway.draining = True
+    async with LocalModelServer(Responder()) as model_server:
+        first = await Rig(store, gateway, model_server).start()
+        second: Rig | None = None
+        try:
+            session_id = await create_session(store, agent_json(calc.url, closed_port_url()))
+            await send_message(store, session_id, 'mcp__tickets__lookup_ticket {"id": "7"}')
+            await first.harness.wake(session_id)
+
+            async def refused_and_stopped() -> bool:
+                return sum(gateway.calls.values()) >= 1 and session_id not in first.harness.active_sessions()
+
+            await wait_for(refused_and_stopped, what="the refused call and a quiet stop")
+            events = await store.get_events(session_id)
+            assert only(events, ev.AGENT_MCP_TOOL_USE) and not only(events, ev.AGENT_MCP_TOOL_RESULT)
+            # The only error is the unreachable "broken" server's, reported when tools were listed.
+            assert [e.payload["error"]["mcp_server_name"] for e in only(events, ev.SESSION_ERROR)] == [
+                "broken"
+            ]
+            assert await store.get_lease(session_id) is None  # released for the next process
+            await first.close()
+            gateway.draining = False
+            second = await Rig(store, gateway, model_server).start()
+            events = await wait_for_events(store, session_id, lambda es: idle_count(es) == 1)
+        finally:
+            await first.close()
+            if second is not None:
+                await second.close()
+    (use,) = only(events, ev.AGENT_MCP_TOOL_USE)
+    (result,) = only(events, ev.AGENT_MCP_TOOL_RESULT)
+    assert result.payload["mcp_tool_use_id"] == use.id and result.payload["outcome"] == "ok"
+    assert gateway.calls[use.id] == 2 and gateway.runs == {use.id: 1}
