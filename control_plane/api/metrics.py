@@ -45,7 +45,7 @@ from fastapi import APIRouter, Depends, Response
 
 from control_plane.errors import ControlPlaneError, EdgeUnavailable
 from control_plane.harness.model import ModelClient, ModelError, StreamEvent
-from control_plane.tunnel import EdgeConnection, EdgeGateway, EdgeRegistry
+from control_plane.tunnel import EdgeConnection, EdgeGateway, EdgeRegistry, SandboxMove
 from outpost_wire.errors import OutpostError, RemoteError
 from outpost_wire.logfmt import log_context
 from outpost_wire.metrics import CONTENT_TYPE, Registry
@@ -133,6 +133,12 @@ class ControlPlaneMetrics:
             "outpost_tool_call_duration_seconds",
             "Time from the gateway's call to its answer, by tool and outcome.",
             ("tool", "outcome"),
+        )
+        self.sandbox_moves = r.counter(
+            "outpost_sandbox_moves_total",
+            "Sessions whose sandbox was made anew on another edge because theirs was gone, by the "
+            "edge they left.",
+            ("from_edge_id",),
         )
         self.model_requests = r.counter(
             "outpost_model_requests_total", "Model requests, by model and outcome.", ("model", "outcome")
@@ -234,6 +240,10 @@ class MeteredGateway(EdgeGateway):
     def __init__(self, *args: Any, metrics: ControlPlaneMetrics, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._metrics = metrics
+
+    def _moved(self, session_id: str, move: SandboxMove) -> None:
+        super()._moved(session_id, move)
+        self._metrics.sandbox_moves.labels(move.from_edge_id).inc()
 
     async def execute(
         self,

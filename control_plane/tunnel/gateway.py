@@ -280,8 +280,12 @@ class EdgeGateway:
         if conn.edge_id != edge_id:
             await self._record_placement(session_id, conn.edge_id)
             if edge_id is not None:
-                self._moves[session_id] = SandboxMove(edge_id, conn.edge_id, left_because)
+                self._moved(session_id, SandboxMove(edge_id, conn.edge_id, left_because))
         return conn
+
+    def _moved(self, session_id: str, move: SandboxMove) -> None:
+        """Keep the move for the harness to report (``take_move``); subclasses count it."""
+        self._moves[session_id] = move
 
     async def _durable_edge(self, session_id: str) -> str | None:
         if self.placements is None:

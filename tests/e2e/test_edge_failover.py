@@ -13,6 +13,7 @@ from typing import Any
 
 import anthropic
 import docker
+import httpx
 import pytest
 
 from control_plane.model import LocalModelServer, Turn
@@ -131,6 +132,10 @@ async def test_a_dead_edges_session_moves_to_another_edge_with_an_event(
         filters={"label": [f"outpost.edge_id={edge_b.edge_id}", f"outpost.session_id={session.id}"]}
     )
     assert container.status == "running"
+
+    async with httpx.AsyncClient(base_url=control_plane.http_url) as http:
+        metrics = await http.get("/metrics", headers={"authorization": f"Bearer {control_plane.admin_key()}"})
+    assert f'outpost_sandbox_moves_total{{from_edge_id="{edge_a_id}"}} 1' in metrics.text
 
     await client.beta.sessions.delete(session.id)
     assert await control_plane.store.get_sandbox_edge(session.id) is None
