@@ -77,10 +77,12 @@ class Harness:
         clock: Callable[[], datetime] = _utcnow,
         mcp: McpBackend | None = None,
         placement: Callable[[str], Awaitable[bool]] | None = None,
+        scan_page_size: int = _SCAN_PAGE,
     ) -> None:
         """``mcp``: how the agents' MCP servers are reached (``control_plane.mcp.McpRouter``);
         without it, MCP servers are reported unavailable and their tools not offered. Like the
-        model client, it is the caller's to close."""
+        model client, it is the caller's to close. ``scan_page_size``: sessions per store page
+        when scanning for work (tests make it small to cover several pages)."""
         self.config = config or HarnessConfig()
         self.holder_id = holder_id or "harness_" + secrets.token_hex(8)
         self._ctx = DriverContext(
@@ -88,6 +90,7 @@ class Harness:
         )
         self._slots: dict[str, _Slot] = {}
         self._placement = placement if self.config.follow_tunnels else None
+        self._page = scan_page_size
         self._misplaced_since: dict[str, float] = {}  # session id -> monotonic time
         self._environments: dict[str, str] = {}  # session id -> environment id, for destroy
         self._retries: dict[str, asyncio.TimerHandle] = {}
@@ -289,7 +292,7 @@ class Harness:
             cursor: str | None = None
             while True:
                 page = await store.list_resources(
-                    "session", filters={"status": status}, limit=_SCAN_PAGE, cursor=cursor
+                    "session", filters={"status": status}, limit=self._page, cursor=cursor
                 )
                 for resource in page.items:
                     self._ensure_running(resource.id)
@@ -307,7 +310,7 @@ class Harness:
         cursor: str | None = None
         while True:
             page = await store.list_resources(
-                "session", filters={"status": "idle"}, limit=_SCAN_PAGE, cursor=cursor
+                "session", filters={"status": "idle"}, limit=self._page, cursor=cursor
             )
             for resource in page.items:
                 last = await store.get_events(resource.id, limit=1, order=Order.DESC)
@@ -318,7 +321,7 @@ class Harness:
             cursor = page.next_cursor
 
     async def _wake_expired(self) -> None:
-        for lease in await self._ctx.store.expired_leases(self._ctx.clock(), limit=_SCAN_PAGE):
+        for lease in await self._ctx.store.expired_leases(self._ctx.clock(), limit=self._page):
             self._ensure_running(lease.session_id)
 
     async def _wake_released(self) -> None:
@@ -326,10 +329,17 @@ class Harness:
         down or moved it away): one listing plus one lease read per session not running here."""
         store = self._ctx.store
         for status in _RESUMABLE_STATUSES:
-            page = await store.list_resources("session", filters={"status": status}, limit=_SCAN_PAGE)
-            for resource in page.items:
-                if resource.id not in self._slots and await store.get_lease(resource.id) is None:
-                    self._ensure_running(resource.id)
+            cursor: str | None = None
+            while True:
+                page = await store.list_resources(
+                    "session", filters={"status": status}, limit=self._page, cursor=cursor
+                )
+                for resource in page.items:
+                    if resource.id not in self._slots and await store.get_lease(resource.id) is None:
+                        self._ensure_running(resource.id)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
 
     async def _sweep_loop(self) -> None:
         while True:

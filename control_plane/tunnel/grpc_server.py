@@ -82,7 +82,6 @@ class GrpcTunnelServer:
         )
         self.port = 0
         self._started = False
-        self._drain_announced = False
 
     @property
     def address(self) -> str:
@@ -110,12 +109,10 @@ class GrpcTunnelServer:
 
     def announce_drain(self, grace_s: float) -> None:
         """Tell every connected edge (gRPC and WebSocket alike) that this control plane is going
-        away: they move to another address once it closes their tunnel. Idempotent."""
-        if self._drain_announced:
-            return
-        self._drain_announced = True
-        for conn in self._registry.all_connections():
-            conn.send_drain("control plane shutting down", int(grace_s * 1000))
+        away: they move to another address as soon as their calls in flight have answered. Edges
+        that connect from now on, over either transport, are turned away at once (see
+        :meth:`EdgeRegistry.announce_drain`). Idempotent."""
+        self._registry.announce_drain("control plane shutting down", int(grace_s * 1000))
 
     async def _connect(self, _request_iterator: object, context: grpc.aio.ServicerContext) -> None:
         peer = context.peer()

@@ -2,6 +2,12 @@
 
 Pending requests are tracked here, per edge, not per connection: a result redelivered by an edge
 after it reconnected resolves the request it answers, whichever connection carried it.
+
+Draining (:meth:`EdgeRegistry.announce_drain`, shared by the gRPC and WebSocket tunnels): every
+connected edge is sent a Drain, and an edge that completes its handshake afterwards is turned away
+at once (Welcome, Drain, then a ``DRAINING`` error that ends the tunnel) and never becomes
+available here, so it moves to its next control-plane address instead of sitting on a process that
+takes no new calls.
 """
 
 from __future__ import annotations
@@ -49,9 +55,28 @@ class EdgeRegistry:
         self._connected_at: dict[str, float] = {}
         self._pending: dict[str, _Pending] = {}
         self._changed = asyncio.Condition()
+        self._drain: tuple[str, int] | None = None  # (reason, grace_ms) once draining
+
+    # -- draining -----------------------------------------------------------------------------
+    @property
+    def draining(self) -> bool:
+        return self._drain is not None
+
+    def announce_drain(self, reason: str, grace_ms: int) -> None:
+        """This control plane takes no new calls: tell every connected edge, and turn away the
+        edges that connect from now on. Idempotent (the first announcement's reason and grace
+        stand)."""
+        if self._drain is not None:
+            return
+        self._drain = (reason, grace_ms)
+        for conn in list(self._live.values()):
+            conn.send_drain(reason, grace_ms)
 
     # -- listener -----------------------------------------------------------------------------
     def on_ready(self, conn: EdgeConnection) -> None:
+        if self._drain is not None:
+            self._turn_away(conn, *self._drain)
+            return
         old = self._live.get(conn.edge_id)
         if old is not None and old is not conn:
             log.info("edge %s reconnected; closing its previous connection", conn.edge_id)
@@ -59,6 +84,14 @@ class EdgeRegistry:
         self._live[conn.edge_id] = conn
         self._connected_at[conn.edge_id] = time.time()
         self._notify()
+
+    def _turn_away(self, conn: EdgeConnection, reason: str, grace_ms: int) -> None:
+        """A handshake completed while draining: Drain (edges move to their next address at once
+        on it, without backoff), then end the tunnel with a typed, retryable error. The edge is
+        not registered, so no call, placement or status ever sees it here."""
+        log.info("edge %s connected while draining; sending it to another control plane", conn.edge_id)
+        conn.send_drain(reason, grace_ms)
+        conn.close(ErrorCode.DRAINING, f"{reason}: connect to another control-plane address")
 
     def on_result(self, conn: EdgeConnection, request_id: str, outcome: Outcome) -> None:
         pending = self._pending.get(request_id)

@@ -8,7 +8,9 @@ transport would be refused too.
 
 Several control-plane addresses (``Endpoint``): ``connect`` starts at the current one and tries
 each in turn, keeping the one that connected; ``rotate`` moves on to the next (the link calls it
-when the control plane it was connected to drained).
+when the control plane it was connected to drained) and says whether to dial it at once: not when
+there is no other address, nor when that one drained this edge within ``drain_memory_s`` too (every
+address is draining: the link then backs off instead of hopping between them in a loop).
 """
 
 from __future__ import annotations
@@ -70,6 +72,8 @@ class Dialer:
         env: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
         more_endpoints: Sequence[Endpoint] = (),
+        drain_memory_s: float = 30.0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         """The first endpoint is ``tunnel_address`` / ``control_plane_url``; ``more_endpoints``
         follow it. Raises ConfigError when the chosen transport has no address or the proxy URL
@@ -86,6 +90,9 @@ class Dialer:
             for endpoint in (Endpoint(tunnel_address, control_plane_url), *more_endpoints)
         ]
         self._index = 0
+        self._drain_memory_s = drain_memory_s
+        self._monotonic = monotonic
+        self._drained_at: dict[int, float] = {}  # endpoint index -> when it last drained this edge
         remembered = load_choice(state_dir) if config.transport == "auto" else None
         self.selector = TransportSelector(config.transport, remembered)
         #: (transport, connected?) of recent attempts, newest last: for diagnostics and tests.
@@ -114,11 +121,24 @@ class Dialer:
         """Which endpoint the next ``connect`` tries first (0-based)."""
         return self._index
 
-    def rotate(self) -> None:
-        """Try the next endpoint first from now on (the current one is going away)."""
-        if len(self._targets) > 1:
-            self._index = (self._index + 1) % len(self._targets)
-            log.info("moving on to control-plane address %d of %d", self._index + 1, len(self._targets))
+    def rotate(self) -> bool:
+        """The current endpoint is draining (going away): try the next one first from now on.
+        Returns whether to dial it at once: there is another address, and it did not drain this
+        edge itself within ``drain_memory_s``."""
+        now = self._monotonic()
+        self._drained_at[self._index] = now
+        if len(self._targets) == 1:
+            return False
+        self._index = (self._index + 1) % len(self._targets)
+        last = self._drained_at.get(self._index)
+        fresh = last is None or now - last >= self._drain_memory_s
+        log.info(
+            "moving on to control-plane address %d of %d%s",
+            self._index + 1,
+            len(self._targets),
+            "" if fresh else " (it drained this edge recently too: after a backoff)",
+        )
+        return fresh
 
     def _proxy_for(self, target: str, env: Mapping[str, str]) -> ProxyConfig | None:
         parts = urlsplit(target if "://" in target else f"//{target}")

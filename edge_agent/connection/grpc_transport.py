@@ -40,6 +40,13 @@ class GrpcTransport:
             data = await self._call.read()
         except grpc.aio.AioRpcError as exc:
             raise _map(exc) from None
+        except asyncio.CancelledError:
+            # grpc-aio raises CancelledError from a read once we cancelled the call ourselves
+            # (``close``): that is the end of the stream, not a cancellation of our task.
+            task = asyncio.current_task()
+            if self._closed and (task is None or task.cancelling() == 0):
+                return None
+            raise
         if data is grpc.aio.EOF:
             # The server ended the stream; its status tells why (e.g. UNAUTHENTICATED).
             code = await self._call.code()

@@ -12,6 +12,13 @@ State machine (transitions in ``_TRANSITIONS``; anything else is a bug and raise
                  │              │             │
                  └──────────────┴─────────────┴──► BACKING_OFF     (failure at any step)
     any ─► DRAINING ─► STOPPED                                      (SIGTERM: drain, then stop)
+
+When the control plane drains (a Drain frame; one that is already draining sends it right after
+Welcome), ``on_peer_drain`` says whether another control-plane address is worth dialling at once.
+If so the link leaves as soon as its calls in flight have answered and their results are acked
+(at once when idle) and reconnects without delay and without growing the backoff: a drain is not
+a failure. If not (a single address, or every address drained this edge recently) it stays until
+the control plane closes the tunnel, then reconnects after the usual backoff.
 """
 
 from __future__ import annotations
@@ -90,10 +97,12 @@ class Link:
         session_config: SessionConfig,
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
-        on_peer_drain: Callable[[], None] | None = None,
+        on_peer_drain: Callable[[], bool | None] | None = None,
     ) -> None:
-        """``on_peer_drain``: called before the link reconnects (at once, without backoff) after
-        the control plane drained it: the dialer moves on to another control-plane address."""
+        """``on_peer_drain``: called once when the control plane announces a drain; the dialer
+        moves on to another control-plane address (``Dialer.rotate``) and returns whether that one
+        is worth dialling at once (``None`` counts as yes). Without it, the link waits for the
+        control plane to close the tunnel and reconnects after the usual backoff."""
         self._connect = connect
         self._on_peer_drain = on_peer_drain
         self._hello = hello
@@ -110,7 +119,10 @@ class Link:
         self._wake_writer = asyncio.Event()
         self._changed = asyncio.Event()  # something finished: a request, an ack, a connection
         self._tasks: set[asyncio.Task[None]] = set()
-        self._peer_draining = False
+        self._requests: set[asyncio.Task[None]] = set()  # requests being served (a subset of _tasks)
+        self._peer_draining = False  # this connection's control plane announced a drain
+        self._move_at_once = False  # ... and another address is worth dialling at once
+        self._leaving = False  # we are closing this connection ourselves (it drained)
 
     # -- state --------------------------------------------------------------------------------
     def _to(self, new: LinkState) -> None:
@@ -142,10 +154,9 @@ class Link:
             if self._stopping():
                 break
             self._to(LinkState.BACKING_OFF)
-            delay = 0.0 if self._peer_draining else self._backoff.next_delay()
-            if self._peer_draining and self._on_peer_drain is not None:
-                self._on_peer_drain()
-            self._peer_draining = False
+            # Moving off a draining control plane is not a failure: no delay, backoff untouched.
+            delay = 0.0 if self._peer_draining and self._move_at_once else self._backoff.next_delay()
+            self._peer_draining = self._move_at_once = False
             log.info("reconnecting in %.2f s (attempt %d)", delay, self._backoff.attempt)
             await asyncio.sleep(delay)
 
@@ -163,6 +174,7 @@ class Link:
 
     async def _serve(self, transport: Transport) -> None:
         self._transport = transport
+        self._leaving = False
         self._to(LinkState.HANDSHAKING)
         self.session.connection_made(self._clock())
         self.session.send_hello(self._hello())
@@ -173,14 +185,18 @@ class Link:
             while True:
                 data = await transport.receive()
                 if data is None:
-                    log.info("control plane closed the tunnel")
+                    if not self._leaving:
+                        log.info("control plane closed the tunnel")
                     break
                 self.session.receive_data(data, self._clock())
                 self._process_events()
                 if self.session.state is ConnState.CLOSED:
                     break
         except TransportError as exc:
-            self._note_failure(exc)
+            if self._leaving:
+                log.debug("tunnel closed as we left: %s", exc)
+            else:
+                self._note_failure(exc)
         finally:
             self.connected.clear()
             timer.cancel()
@@ -231,18 +247,57 @@ class Link:
             elif isinstance(event, CancelReceived):
                 self._handler.cancel(event.request_id)
             elif isinstance(event, DrainReceived):
-                log.info(
-                    "control plane is draining (%s); will reconnect when it closes the tunnel", event.reason
-                )
-                self._peer_draining = True
+                self._peer_drained(event.reason)
             elif isinstance(event, PeerDead):
                 log.warning("no heartbeat from the control plane; dropping the tunnel")
+                self._close_transport()
+            elif isinstance(event, PeerError) and event.code is ErrorCode.DRAINING:
+                # A control plane that was already draining when we connected turns us away.
+                self._peer_drained(event.message)
+                self._leaving = True
                 self._close_transport()
             elif isinstance(event, ProtocolError | PeerError):
                 log.error("tunnel protocol error %s: %s", event.code.value, event.message)
                 self._close_transport()
+        self._leave_if_drained()
         self._changed.set()
         self._wake_writer.set()
+
+    def _peer_drained(self, reason: str) -> None:
+        """The control plane takes no new calls: pick the address to move to (once per connection)."""
+        if self._peer_draining:
+            return
+        self._peer_draining = True
+        moved = self._on_peer_drain() if self._on_peer_drain is not None else False
+        self._move_at_once = moved is not False
+        if self._move_at_once:
+            log.info(
+                "control plane is draining (%s); moving to another address once calls in flight answered",
+                reason,
+            )
+        else:
+            log.info(
+                "control plane is draining (%s); no other address to move to at once: staying until it "
+                "closes the tunnel",
+                reason,
+            )
+
+    def _leave_if_drained(self) -> None:
+        """Leave a draining control plane once nothing is owed on this connection: no request
+        running, every result acknowledged (results of requests still running when we left would
+        be redelivered elsewhere, but a control plane that is draining waits for them here)."""
+        if (
+            not self._peer_draining
+            or not self._move_at_once
+            or self._leaving
+            or self._transport is None
+            or self._requests
+            or self.session.unacked_results()
+        ):
+            return
+        log.info("leaving the draining control plane")
+        self._leaving = True
+        self._close_transport()
 
     def _close_transport(self) -> None:
         if self._transport is not None:
@@ -262,6 +317,12 @@ class Link:
             return
         task = asyncio.create_task(self._serve_request(request), name=f"req-{request.request_id}")
         self._tasks_keepalive(task)
+        self._requests.add(task)
+        task.add_done_callback(self._request_done)
+
+    def _request_done(self, task: asyncio.Task[None]) -> None:
+        self._requests.discard(task)
+        self._leave_if_drained()  # its result is acked already if the ack beat this callback
 
     async def _serve_request(self, request: Request) -> None:
         try:

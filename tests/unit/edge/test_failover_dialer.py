@@ -13,16 +13,19 @@ from edge_agent.connection.transport import Transport, TransportError
 from edge_agent.identity import Identity
 
 
-def _dialer(tmp_path: Path) -> Dialer:
+def _dialer(tmp_path: Path, *, more: int = 1, clock: list[float] | None = None) -> Dialer:
+    now = clock if clock is not None else [0.0]
     return Dialer(
         identity=cast(Identity, object()),
         config=ConnectionConfig(transport="grpc"),
         tunnel_address="127.0.0.1:1001",
         control_plane_url=None,
-        more_endpoints=[Endpoint("127.0.0.1:1002", None)],
+        more_endpoints=[Endpoint(f"127.0.0.1:{1002 + i}", None) for i in range(more)],
         state_dir=tmp_path,
         max_frame_bytes=1 << 20,
         env={},
+        drain_memory_s=30.0,
+        monotonic=lambda: now[0],
     )
 
 
@@ -51,6 +54,30 @@ def test_rotate_after_a_drain_wraps_around(tmp_path: Path) -> None:
     assert dialer.endpoint_index == 1
     dialer.rotate()
     assert dialer.endpoint_index == 0
+
+
+def test_rotate_says_whether_to_dial_the_next_address_at_once(tmp_path: Path) -> None:
+    clock = [100.0]
+    dialer = _dialer(tmp_path, more=2, clock=clock)  # three addresses
+    assert dialer.rotate() is True and dialer.endpoint_index == 1  # address 1 drained: 2 is fresh
+    assert dialer.rotate() is True and dialer.endpoint_index == 2
+    # Every address drained this edge within drain_memory_s: back off rather than hop in a loop.
+    assert dialer.rotate() is False and dialer.endpoint_index == 0
+    clock[0] += 31.0  # long ago now: address 2 (which drained at 100) is worth a try at once again
+    assert dialer.rotate() is True and dialer.endpoint_index == 1
+
+
+def test_rotate_with_a_single_address_never_dials_at_once(tmp_path: Path) -> None:
+    dialer = Dialer(
+        identity=cast(Identity, object()),
+        config=ConnectionConfig(transport="grpc"),
+        tunnel_address="127.0.0.1:1001",
+        control_plane_url=None,
+        state_dir=tmp_path,
+        max_frame_bytes=1 << 20,
+        env={},
+    )
+    assert dialer.rotate() is False and dialer.endpoint_index == 0
 
 
 def test_addresses_config() -> None:

@@ -1,0 +1,258 @@
+"""A draining control plane sends edges elsewhere at once, no Docker: two real control planes
+(SQLite store, CA and admin key shared, gRPC mTLS and uvicorn on loopback, port 0) in this process,
+and the edge's real ``Dialer`` + ``Link`` (both addresses, A first) with a fake request handler.
+
+"Draining" is what ``ControlPlane.close`` does first (``gateway.start_draining()``, then
+``tunnel.announce_drain(...)``) while the process is still up finishing its in-flight work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from control_plane.config import ControlPlaneConfig
+from control_plane.harness import HarnessConfig
+from control_plane.server import ControlPlane
+from edge_agent.config import ConnectionConfig
+from edge_agent.connection import Dialer, Link
+from edge_agent.connection.dialer import Endpoint
+from edge_agent.enroll import register
+from edge_agent.identity import Identity
+from outpost_wire.errors import ErrorCode
+from outpost_wire.frames import PROTOCOL_VERSION, Execute, Failure, Hello, Outcome, Request
+from outpost_wire.results import ToolResult
+from outpost_wire.session import SessionConfig
+
+PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy")
+MOVE_WITHIN_S = 3.0  # far below drain_grace_s: the edge must not wait for A to close its tunnel
+
+
+async def eventually(predicate: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if await predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class GatedHandler:
+    """Answers every Execute with a text result, once ``release`` is set."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.release.set()
+        self.started = asyncio.Event()
+
+    async def handle(self, request: Request) -> Outcome:
+        self.started.set()
+        await self.release.wait()
+        if isinstance(request.op, Execute):
+            return ToolResult.text(f"fake {request.op.tool} ran")
+        return Failure(ErrorCode.INVALID_REQUEST, "fake handler: only Execute")
+
+    def cancel(self, request_id: str) -> bool:
+        return False
+
+
+@pytest.fixture(autouse=True)
+def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+async def pair(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[ControlPlane, ControlPlane]]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
+
+    def config() -> ControlPlaneConfig:
+        return ControlPlaneConfig(
+            data_dir=tmp_path / "cp",  # shared: one store, one CA, one admin key
+            http_port=0,
+            tunnel_port=0,
+            heartbeat_interval_s=0.5,
+            heartbeat_timeout_s=3.0,
+            drain_grace_s=30.0,
+            harness=HarnessConfig(follow_tunnels=True, lease_scan_interval_s=0.2),
+        )
+
+    async with ControlPlane(config()) as a, ControlPlane(config()) as b:  # A creates the CA first
+        yield a, b
+
+
+def _api(cp: ControlPlane) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        base_url=cp.http_url, headers={"authorization": f"Bearer {cp.admin_key()}"}, timeout=30
+    )
+
+
+async def connected_edges(cp: ControlPlane) -> list[str]:
+    async with _api(cp) as api:
+        r = await api.get("/v1/connected_edges")
+    assert r.status_code == 200, r.text
+    return [e["edge_id"] for e in r.json()["data"]]
+
+
+@pytest.fixture
+async def enrolled(pair: tuple[ControlPlane, ControlPlane], tmp_path: Path) -> tuple[str, Identity]:
+    a, _ = pair
+    async with _api(a) as api:
+        r = await api.post("/v1/environments", json={"name": "drain", "config": {"type": "self_hosted"}})
+        assert r.status_code == 200, r.text
+        environment = str(r.json()["id"])
+        r = await api.post(f"/v1/environments/{environment}/enrollment_tokens", json={"ttl_seconds": 600})
+        token = r.json()
+    identity = await register(
+        a.http_url,
+        token["token"],
+        tmp_path / "edge",
+        name="drain-edge",
+        ca_fingerprint=token["ca_fingerprint"],
+    )
+    return environment, identity
+
+
+def make_dialer(
+    identity: Identity, tmp_path: Path, transport: str, a: ControlPlane, b: ControlPlane
+) -> Dialer:
+    return Dialer(
+        identity=identity,
+        config=ConnectionConfig(
+            transport=transport,  # type: ignore[arg-type]
+            heartbeat_interval_s=0.5,
+            heartbeat_timeout_s=3.0,
+            backoff_initial_s=2.0,  # a drain must not wait for a backoff: this would show
+            backoff_max_s=4.0,
+            connect_timeout_s=5.0,
+        ),
+        tunnel_address=a.tunnel_address,
+        control_plane_url=a.http_url,
+        more_endpoints=[Endpoint(b.tunnel_address, b.http_url)],
+        state_dir=tmp_path / "edge",
+        max_frame_bytes=SessionConfig().max_frame_bytes,
+    )
+
+
+@contextlib.asynccontextmanager
+async def running_link(identity: Identity, dialer: Dialer, handler: GatedHandler) -> AsyncIterator[Link]:
+    def hello() -> Hello:
+        return Hello(
+            edge_id=identity.edge_id,
+            software_version="test",
+            protocol_version=PROTOCOL_VERSION,
+            capabilities=("tool:bash",),
+            policy_digest="sha256:test",
+            sandbox_capacity=2,
+            sandboxes_in_use=0,
+            environment_id=identity.environment_id,
+        )
+
+    config = dialer._config
+    link = Link(
+        connect=dialer.connect,
+        hello=hello,
+        handler=handler,
+        config=config,
+        on_peer_drain=dialer.rotate,
+        session_config=SessionConfig(
+            heartbeat_interval_s=config.heartbeat_interval_s, heartbeat_timeout_s=config.heartbeat_timeout_s
+        ),
+    )
+    task = asyncio.create_task(link.run())
+    try:
+        yield link
+    finally:
+        await link.drain(0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def start_draining(cp: ControlPlane) -> None:
+    """The first steps of ``ControlPlane.close``; the process stays up."""
+    assert cp.tunnel is not None
+    cp.gateway.start_draining()
+    cp.tunnel.announce_drain(cp.config.drain_grace_s)
+
+
+async def on_b_only(a: ControlPlane, b: ControlPlane, edge_id: str) -> bool:
+    return await connected_edges(b) == [edge_id] and await connected_edges(a) == []
+
+
+@pytest.mark.parametrize("transport", ["grpc", "websocket"])
+async def test_an_edge_connecting_to_a_draining_control_plane_moves_on_at_once(
+    pair: tuple[ControlPlane, ControlPlane], enrolled: tuple[str, Identity], tmp_path: Path, transport: str
+) -> None:
+    a, b = pair
+    environment, identity = enrolled
+    start_draining(a)
+    dialer = make_dialer(identity, tmp_path, transport, a, b)
+    started = time.monotonic()
+    async with running_link(identity, dialer, GatedHandler()) as link:
+        await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
+        elapsed = time.monotonic() - started
+        assert dialer.endpoint_index == 1
+        # Turned away by A (one handshake), then on B: no failure, no backoff.
+        assert link.connections == 2 and link.connected.is_set()
+        assert link.last_error is None and link._backoff.attempt == 0
+        # A never made the edge available: no call, placement or status sees it there.
+        assert a.registry.for_environment(environment) == [] and a.registry.statuses() == []
+        conn = b.registry.get(identity.edge_id)
+        assert conn is not None and not conn.draining
+        await asyncio.sleep(0.5)  # and it stays on B
+        assert b.registry.get(identity.edge_id) is conn and link.connections == 2
+    assert elapsed < MOVE_WITHIN_S
+
+
+async def test_a_connected_idle_edge_leaves_a_control_plane_that_starts_draining(
+    pair: tuple[ControlPlane, ControlPlane], enrolled: tuple[str, Identity], tmp_path: Path
+) -> None:
+    a, b = pair
+    _, identity = enrolled
+    dialer = make_dialer(identity, tmp_path, "grpc", a, b)
+    async with running_link(identity, dialer, GatedHandler()) as link:
+        await asyncio.wait_for(link.connected.wait(), 15)
+        assert await connected_edges(a) == [identity.edge_id]
+        start_draining(a)  # A would close the tunnel only after drain_grace_s (30 s)
+        await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
+        assert dialer.endpoint_index == 1 and link.connections == 2
+        assert link.last_error is None and link._backoff.attempt == 0
+
+
+async def test_an_edge_answers_its_call_in_flight_before_it_leaves_a_draining_control_plane(
+    pair: tuple[ControlPlane, ControlPlane], enrolled: tuple[str, Identity], tmp_path: Path
+) -> None:
+    a, b = pair
+    environment, identity = enrolled
+    handler = GatedHandler()
+    handler.release.clear()
+    dialer = make_dialer(identity, tmp_path, "grpc", a, b)
+    async with running_link(identity, dialer, handler) as link, _api(a) as api:
+        await asyncio.wait_for(link.connected.wait(), 15)
+        body: dict[str, Any] = {
+            "environment_id": environment,
+            "session_id": "s1",
+            "tool": "bash",
+            "input": {},
+        }
+        call = asyncio.create_task(api.post("/v1/sandboxes/exec", json=body))
+        await asyncio.wait_for(handler.started.wait(), 10)
+        start_draining(a)
+        await asyncio.sleep(0.5)
+        assert await connected_edges(a) == [identity.edge_id]  # still owes A an answer
+        assert dialer.endpoint_index == 1  # but already knows where it goes next
+        handler.release.set()
+        r = await asyncio.wait_for(call, 10)
+        assert r.status_code == 200, r.text
+        assert "fake bash ran" in r.text
+        await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
+        assert not link.session.unacked_results() and link._backoff.attempt == 0
