@@ -1,6 +1,7 @@
 """``outpost-control``: run the control plane, and operate it.
 
     outpost-control serve --data-dir DIR [--http 127.0.0.1:8080] [--tunnel 127.0.0.1:7443]
+        [--model-api-key-file FILE]
     outpost-control environments create --name NAME
     outpost-control tokens create --environment ENV_ID [--ttl-s 3600]
     outpost-control edges list | edges connected | edges revoke EDGE_ID
@@ -10,12 +11,17 @@
 Operator commands talk to the HTTP API (``--url``, default ``$OUTPOST_URL`` or
 http://127.0.0.1:8080) with an API key from ``--api-key-file``, ``$OUTPOST_API_KEY``, or the admin
 key file that ``serve`` writes into its data directory (``--data-dir``).
+
+Under systemd (``Type=notify``) ``serve`` sends ``READY=1`` once the API and the tunnel listen and
+the harness runs, ``WATCHDOG=1`` every ``WatchdogSec/2`` while its event loop turns, and
+``STOPPING=1`` when SIGTERM starts the drain.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -29,7 +35,9 @@ import yaml
 from pydantic import ValidationError
 
 from control_plane.config import ControlPlaneConfig
+from control_plane.model_api_key import ModelApiKeyFileError, model_api_key
 from control_plane.server import ADMIN_KEY_FILE, ControlPlane
+from outpost_wire import sdnotify
 from outpost_wire.logfmt import configure_logging
 
 __all__ = ["main"]
@@ -57,6 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--tls-hostname", action="append", default=[], help="name for the tunnel certificate")
     serve.add_argument(
         "--model-base-url", help="a Messages-API endpoint (default: $ANTHROPIC_BASE_URL or Anthropic's)"
+    )
+    serve.add_argument(
+        "--model-api-key-file",
+        type=Path,
+        help="file holding the model API key, empty for none "
+        "(default: $ANTHROPIC_API_KEY_FILE, else the key in $ANTHROPIC_API_KEY)",
     )
     serve.add_argument("--log-level", default="INFO")
     serve.add_argument(
@@ -132,11 +146,18 @@ def _serve_config(args: argparse.Namespace) -> ControlPlaneConfig:
         data["tls_hostnames"] = ["localhost", *args.tls_hostname]
     if args.model_base_url:
         data["model_base_url"] = args.model_base_url
+    if args.model_api_key_file:
+        data["model_api_key_file"] = str(args.model_api_key_file)
     try:
-        return ControlPlaneConfig.model_validate(data)
+        config = ControlPlaneConfig.model_validate(data)
     except ValidationError as exc:
         problems = "\n".join(f"  {'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise SystemExit(f"outpost-control: invalid configuration:\n{problems}") from None
+    try:  # fail before anything listens if the key file is missing or unreadable
+        model_api_key(config, os.environ)
+    except ModelApiKeyFileError as exc:
+        raise SystemExit(f"outpost-control: {exc}") from None
+    return config
 
 
 async def _serve(args: argparse.Namespace) -> int:
@@ -145,11 +166,28 @@ async def _serve(args: argparse.Namespace) -> int:
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with ControlPlane(config) as cp:
-        print(f"Outpost control plane {cp.id}: API {cp.http_url}, tunnel {cp.tunnel_address}", flush=True)
-        print(f"admin API key: {cp.admin_key_path}", flush=True)
-        await stop.wait()
-        logging.getLogger("outpost_control").info("signal received; draining edges")
+    notifier = sdnotify.Notifier.from_environ(os.environ)  # systemd Type=notify, if any
+    supervise: asyncio.Task[None] | None = None
+    try:
+        async with ControlPlane(config) as cp:
+            print(f"Outpost control plane {cp.id}: API {cp.http_url}, tunnel {cp.tunnel_address}", flush=True)
+            print(f"admin API key: {cp.admin_key_path}", flush=True)
+            # Serving: READY=1 now, then WATCHDOG=1 while this event loop turns (the drain included).
+            serving = asyncio.Event()
+            serving.set()
+            interval_s = sdnotify.watchdog_interval_s(os.environ)
+            supervise = asyncio.create_task(
+                sdnotify.supervise(notifier, serving, interval_s=interval_s, grace_s=0),
+                name="control-sdnotify",
+            )
+            await stop.wait()
+            logging.getLogger("outpost_control").info("signal received; draining edges")
+            notifier.stopping()
+    finally:
+        if supervise is not None:
+            supervise.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await supervise
     return 0
 
 

@@ -23,7 +23,6 @@ import os
 import signal
 from types import TracebackType
 
-from edge_agent import sdnotify
 from edge_agent.config import EdgeConfig
 from edge_agent.connection import Dialer, Link, Transport
 from edge_agent.connection.dialer import Endpoint
@@ -36,6 +35,7 @@ from edge_agent.mcp import McpCatalog, McpHub
 from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
 from edge_agent.sandbox import DockerRuntime, SandboxManager
+from outpost_wire import sdnotify
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
 from outpost_wire.session import SessionConfig
 from outpost_wire.version import SOFTWARE_VERSION

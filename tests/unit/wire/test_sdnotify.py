@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edge_agent.sdnotify import Notifier, WatchdogClock, supervise, watchdog_interval_s
+from outpost_wire.sdnotify import Notifier, WatchdogClock, supervise, watchdog_interval_s
 
 
 @pytest.fixture

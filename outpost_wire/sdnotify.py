@@ -1,6 +1,7 @@
-"""systemd readiness and watchdog notifications (``sd_notify``), without a dependency.
+"""systemd readiness and watchdog notifications (``sd_notify``), without a dependency; used by both
+daemons under ``Type=notify``.
 
-Under ``Type=notify`` the edge says:
+The edge says:
 
 * ``READY=1`` once, when its first tunnel is up (``systemctl start`` returns then);
 * ``WATCHDOG=1`` every ``WatchdogSec/2`` while it is healthy: the link is connected, or was
@@ -8,6 +9,10 @@ Under ``Type=notify`` the edge says:
   a hung event loop or a link stuck for good is (systemd kills and, with ``Restart=on-failure``,
   restarts it);
 * ``STOPPING=1`` when it starts to drain.
+
+The control plane says ``READY=1`` once its API and tunnel listen and its harness runs, then
+``WATCHDOG=1`` while its event loop turns (its ``connected`` event is set for good), and
+``STOPPING=1`` when SIGTERM starts its drain.
 
 Outside systemd (no ``NOTIFY_SOCKET``) every call is a no-op. The socket may be a path or an
 abstract-namespace name (``@name``). :class:`WatchdogClock` is the pure decision, fed ``now``;
@@ -114,7 +119,7 @@ async def supervise(
         if not ready and connected.is_set():
             ready = True
             notifier.ready()
-            log.info("told systemd the edge is ready")
+            log.info("told systemd this service is ready (READY=1)")
         if interval_s is None:  # no watchdog: only READY=1 to send
             if ready:
                 return
