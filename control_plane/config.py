@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from control_plane.harness.config import HarnessConfig
 
@@ -33,6 +33,9 @@ class ControlPlaneConfig(BaseModel):
     max_frame_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024)
     #: The model endpoint (any Messages-API server). ``None``: ``$ANTHROPIC_BASE_URL`` or Anthropic's.
     model_base_url: str | None = None
+    #: A file holding the model API key (e.g. a systemd credential); an empty file means no key. Wins
+    #: over ``$ANTHROPIC_API_KEY``. ``None``: ``$ANTHROPIC_API_KEY_FILE``, else ``$ANTHROPIC_API_KEY``.
+    model_api_key_file: Path | None = None
     #: The harnesses: leases, model retries, provisioning mode.
     harness: HarnessConfig = HarnessConfig()
     #: The vault's key-encryption key: 32 raw bytes, mode 0600. Default ``<data_dir>/vault.kek``,
@@ -41,6 +44,21 @@ class ControlPlaneConfig(BaseModel):
     vault_key_file: Path | None = None
     #: Serve ``GET /metrics`` without an API key (for a scraper on a trusted network).
     metrics_public: bool = False
+    #: Serve the HTTP port over TLS (``https://``, ``wss://``). Client certificates are requested but
+    #: optional: edges present theirs (mTLS on the WebSocket tunnel), API clients need none.
+    http_tls: bool = False
+    #: The HTTP port's certificate chain and key (PEM), both or neither, with ``http_tls``. Default:
+    #: a certificate from the control plane's CA for ``tls_hostnames`` / ``tls_ips``.
+    http_tls_cert_file: Path | None = None
+    http_tls_key_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _check_http_tls(self) -> ControlPlaneConfig:
+        if (self.http_tls_cert_file is None) != (self.http_tls_key_file is None):
+            raise ValueError("http_tls_cert_file and http_tls_key_file go together")
+        if self.http_tls_cert_file is not None and not self.http_tls:
+            raise ValueError("http_tls_cert_file / http_tls_key_file need http_tls: true")
+        return self
 
     @property
     def effective_store_url(self) -> str:

@@ -23,6 +23,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import httpx
 import uvicorn
@@ -38,9 +39,11 @@ from control_plane.api.metrics import (
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
+from control_plane.enroll.http_tls import prepare_http_tls
 from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.mcp import Credentials, McpRouter, no_credentials
+from control_plane.model_api_key import model_api_key
 from control_plane.sessions.networking import egress_of
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
@@ -116,10 +119,10 @@ class ControlPlane:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = open_store(cfg.effective_store_url)
+        self.gateway.placements = self.store  # a session goes back to its sandbox's edge, anywhere
         self.ca = CertificateAuthority.load_or_create(cfg.data_dir / "ca")
         self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
         self.enrollment.add_revocation_listener(self._on_revoked)
-        self.gateway.placements = self.store  # a session goes back to its sandbox's edge, anywhere
         await self._ensure_admin_key()
         # -- vault: KEK from its key file (the default one is created 0600 at first start; a
         # configured one must exist), the broker's capability key beside the data --
@@ -154,9 +157,9 @@ class ControlPlane:
         port = await self.tunnel.start()
         self.tunnel_address = cfg.public_tunnel_address or f"{cfg.tunnel_host}:{port}"
 
-        api_key = os.environ.get("ANTHROPIC_API_KEY")
+        api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
         if not api_key:
-            log.warning("ANTHROPIC_API_KEY is not set: every model request will be refused until it is")
+            log.warning("no model API key is set: a model endpoint that needs one will refuse every request")
             api_key = "unset"
         base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
@@ -214,6 +217,7 @@ class ControlPlane:
                 ws_max_size=grpc_message_limit(cfg.max_frame_bytes),
                 ws_ping_interval=_WS_PING_INTERVAL_S,
                 ws_ping_timeout=_WS_PING_TIMEOUT_S,
+                **self._http_tls_options(),  # http_tls: TLS, client certificates optional
             )
         )
         self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]), name="http")
@@ -223,7 +227,7 @@ class ControlPlane:
                 raise RuntimeError("HTTP server exited during start-up")
             await asyncio.sleep(0.01)
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
-        self.http_url = f"http://{host}:{http_port}"
+        self.http_url = f"{'https' if cfg.http_tls else 'http'}://{host}:{http_port}"
         log.info(
             "control plane %s: API %s, tunnel %s, data %s",
             self.id,
@@ -231,6 +235,22 @@ class ControlPlane:
             self.tunnel_address,
             cfg.data_dir,
         )
+
+    def _http_tls_options(self) -> dict[str, Any]:
+        """uvicorn's TLS arguments for the HTTP port (``http_tls``; none without it)."""
+        cfg = self.config
+        if not cfg.http_tls:
+            return {}
+        assert self.ca is not None
+        tls = prepare_http_tls(
+            self.ca,
+            cfg.data_dir,
+            hostnames=list(cfg.tls_hostnames),
+            ips=list(cfg.tls_ips),
+            cert_file=cfg.http_tls_cert_file,
+            key_file=cfg.http_tls_key_file,
+        )
+        return tls.uvicorn_options()
 
     def _mcp_router(self, credentials: Credentials = no_credentials) -> McpRouter:
         """The harness's MCP router: ``edge://`` servers through the edge gateway, others called

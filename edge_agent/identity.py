@@ -11,7 +11,8 @@ directory::
         identity.json     0600  edge_id, environment_id, control_plane_url, tunnel_address
 
 Each file is written through a temp file and a rename, ``identity.json`` last; :meth:`Identity.load`
-checks that the pieces belong together, so a torn write is reported instead of used.
+checks that the pieces belong together, so a torn write is reported instead of used. The WebSocket
+transport hands ``edge.crt`` / ``edge.key`` to its TLS context (:meth:`Identity.client_cert_files`).
 
 This module depends on ``cryptography`` and the standard library only (no control-plane imports).
 """
@@ -88,6 +89,8 @@ class Identity:
     ca_pem: bytes = field(repr=False)
     control_plane_url: str
     tunnel_address: str | None = None
+    #: The ``identity`` directory this was loaded from or saved to (``None``: only in memory).
+    directory: Path | None = field(default=None, compare=False, repr=False)
 
     generate_key_and_csr = staticmethod(generate_key_and_csr)
 
@@ -111,6 +114,21 @@ class Identity:
     def ca_fingerprint(self) -> str:
         """sha256 hex of the CA certificate's DER (what ``register`` pins)."""
         return x509.load_pem_x509_certificate(self.ca_pem).fingerprint(hashes.SHA256()).hex()
+
+    def client_cert_files(self) -> tuple[Path, Path] | None:
+        """``(certificate, key)`` files holding exactly this identity's certificate and key, for a
+        TLS client context (``ssl`` loads them from files only); ``None`` if there are none.
+
+        Blocking file I/O (two small reads)."""
+        if self.directory is None:
+            return None
+        cert_path, key_path = self.directory / _CERT_FILE, self.directory / _KEY_FILE
+        try:
+            if cert_path.read_bytes() != self.cert_pem or key_path.read_bytes() != self.key_pem:
+                return None  # replaced on disk (registered again) since we read it
+        except OSError:
+            return None
+        return cert_path, key_path
 
     # -- checks ---------------------------------------------------------------------------------
     def verify(self) -> None:
@@ -207,6 +225,7 @@ class Identity:
             ca_pem=ca_pem,
             control_plane_url=meta["control_plane_url"],
             tunnel_address=meta["tunnel_address"],
+            directory=directory,
         )
         try:
             identity.verify()

@@ -2,8 +2,9 @@
 
 Two routers, both free of API-key auth; the application mounts them:
 
-* :func:`enroll_router` — ``POST /v1/edges/enroll``. Public: the enrollment token in the body is the
-  credential. Mount it *outside* the API-key middleware.
+* :func:`enroll_router` — ``POST /v1/edges/enroll`` and ``GET /v1/edges/enroll/ca`` (the CA
+  certificate). Public: the enrollment token in the body is the credential. Mount it *outside* the
+  API-key middleware.
 * :func:`operator_router` — ``POST /v1/environments/{id}/enrollment_tokens``, ``GET /v1/edges``,
   ``GET /v1/edges/{id}``, ``POST /v1/edges/{id}/revoke``. Mount it *behind* the API-key middleware.
 
@@ -34,6 +35,7 @@ from control_plane.store.base import EdgeRecord
 __all__ = [
     "MAX_BODY_BYTES",
     "AnthropicErrorRoute",
+    "CaCertificate",
     "CreateEnrollmentTokenRequest",
     "EdgeList",
     "EdgeObject",
@@ -69,6 +71,12 @@ class EnrollResponse(BaseModel):
     certificate_pem: str
     ca_certificate_pem: str
     tunnel_address: str | None = None  # where the edge dials the tunnel, if the control plane says
+
+
+class CaCertificate(BaseModel):
+    """Answer to ``GET /v1/edges/enroll/ca``: the control plane's CA certificate."""
+
+    ca_certificate_pem: str
 
 
 class CreateEnrollmentTokenRequest(BaseModel):
@@ -244,6 +252,12 @@ def enroll_router(service: EnrollmentService, *, tunnel_address: str | None = No
             ca_certificate_pem=enrolled.ca_certificate_pem.decode("ascii"),
             tunnel_address=tunnel_address,
         )
+
+    @router.get("/v1/edges/enroll/ca", response_model=CaCertificate)
+    async def enrollment_ca() -> CaCertificate:
+        """The CA certificate (public): a registering edge reads it, checks it against its pinned
+        fingerprint, then verifies the HTTPS server with it before sending its token."""
+        return CaCertificate(ca_certificate_pem=service.ca.ca_cert_pem.decode("ascii"))
 
     return router
 

@@ -9,9 +9,12 @@ edge's current certificate, not revoked, not expired), then the nonce against a 
 refusal is an HTTP 401 before the upgrade (the WebSocket denial-response extension; servers
 without it answer 403), logged with its reason, and touches no other edge.
 
-The API serves plain HTTP today, so mTLS cannot apply on this port; when TLS is terminated in
-front of the control plane the token still proves possession end to end, and the TLS layer only
-adds confidentiality.
+Where TLS reaches the control plane (``http_tls``: the API port serves TLS, client certificates
+requested but optional) and the edge presented a certificate that TLS verified against our CA, the
+edge is authenticated by that certificate instead (mTLS, :func:`~control_plane.tunnel.tls_peer.
+peer_certificate`), with the same store checks; a token sent as well must still verify and name
+the same edge and certificate. Without a client certificate (plain HTTP, TLS terminated in front
+of the control plane, or none sent) the token is required, and proves possession end to end.
 
 Close codes after the upgrade: 4001 when the edge's identity is no longer accepted (revoked),
 1002 for a protocol error, 1009 for an oversized frame, 1001 when the control plane shuts down or
@@ -34,6 +37,7 @@ from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.grpc_server import Authenticator
 from control_plane.tunnel.pump import pump
 from control_plane.tunnel.registry import EdgeRegistry
+from control_plane.tunnel.tls_peer import peer_certificate
 from outpost_wire.errors import ErrorCode
 from outpost_wire.pop import AUTH_SCHEME, NonceCache, PopError, verify_token
 from outpost_wire.session import SessionConfig
@@ -82,7 +86,7 @@ class WsTunnelEndpoint:
         client = websocket.client
         peer = f"ws:{client.host}:{client.port}" if client else "ws:?"
         try:
-            edge = await self._authorize(websocket.headers.get("authorization"))
+            edge = await self._authorize(websocket.headers.get("authorization"), peer_certificate(websocket))
         except (PopError, ControlPlaneError) as exc:
             log.warning("tunnel: WebSocket connection from %s refused: %s", peer, exc)
             await _deny(websocket, f"outpost: unauthenticated: {exc}")
@@ -118,9 +122,24 @@ class WsTunnelEndpoint:
             except (RuntimeError, OSError) as exc:  # the edge went away at the same moment
                 log.debug("tunnel: closing the WebSocket of edge %s: %s", conn.edge_id, exc)
 
-    async def _authorize(self, header: str | None) -> EdgeRecord:
+    async def _authorize(self, header: str | None, tls_cert: bytes | None = None) -> EdgeRecord:
+        """The edge of this upgrade request: by its TLS client certificate (``tls_cert``, DER, as
+        verified by the TLS layer) if there is one, else by its proof-of-possession token."""
         scheme, _, token = (header or "").partition(" ")
-        if scheme.lower() != AUTH_SCHEME.lower() or not token.strip():
+        has_token = scheme.lower() == AUTH_SCHEME.lower() and bool(token.strip())
+        if tls_cert is not None:  # mTLS: the certificate is the credential
+            edge = await self._authenticate(tls_cert)
+            if has_token:  # sent as well: it must hold up, for the same edge and certificate
+                now = self._clock()
+                claims = verify_token(token.strip(), audience=self._audience, now=now)
+                if claims.edge_id != edge.id or claims.cert_der != tls_cert:
+                    raise PopError(
+                        "edge_mismatch", "the token names another edge than the TLS client certificate"
+                    )
+                self._nonces.use(claims, now)
+            log.debug("tunnel: edge %s authenticated by its TLS client certificate", edge.id)
+            return edge
+        if not has_token:
             raise PopError("missing", f"expected an 'Authorization: {AUTH_SCHEME} <token>' header")
         now = self._clock()
         claims = verify_token(token.strip(), audience=self._audience, now=now)

@@ -6,7 +6,9 @@ token valid for 30 s, signed with the edge's key, holding its certificate, for t
 plane's CA. A fresh token is made for every connection. Through an HTTP proxy the connection is a
 ``CONNECT`` tunnel (websockets' own proxy client; credentials from the proxy URL go out as
 ``Proxy-Authorization: Basic``). Over ``wss://`` the server certificate is checked against the
-system's trust store plus the control plane's CA.
+system's trust store plus the control plane's CA, and the edge presents its client certificate
+(from its identity files): where TLS reaches the control plane (``http_tls``) it authenticates the
+edge by that certificate (mTLS); where TLS ends at a proxy in front of it, the token does.
 
 Keepalive is explicit: a WebSocket ping every ``ping_interval_s``, the link is dropped when a pong
 is ``ping_timeout_s`` late. The message cap matches the gRPC transport's.
@@ -106,6 +108,7 @@ async def connect_ws(
     if url.startswith("wss://"):
         ssl_context = ssl.create_default_context()
         ssl_context.load_verify_locations(cadata=identity.ca_pem.decode("ascii"))
+        _load_client_cert(ssl_context, identity)
     via = f" through proxy {proxy.redacted}" if proxy else ""
     try:
         connection = await connect(
@@ -148,6 +151,23 @@ async def connect_ws(
         raise TransportError(f"could not connect to {url}{via}: {exc.strerror or exc}") from None
     log.debug("WebSocket tunnel open to %s%s", url, via)
     return WsTransport(connection)
+
+
+def _load_client_cert(ssl_context: ssl.SSLContext, identity: Identity) -> None:
+    """Present the edge's certificate to a TLS server that asks for one (mTLS). Without usable
+    identity files the connection goes without it: the token authenticates the edge then."""
+    files = identity.client_cert_files()
+    if files is None:
+        log.debug(
+            "no identity files for edge %s: the WebSocket tunnel goes without a client certificate",
+            identity.edge_id,
+        )
+        return
+    cert_file, key_file = files
+    try:
+        ssl_context.load_cert_chain(cert_file, key_file)
+    except (OSError, ssl.SSLError) as exc:
+        log.warning("cannot load the client certificate from %s: %s; relying on the token", cert_file, exc)
 
 
 def _closed(exc: ConnectionClosed) -> TransportError:

@@ -157,6 +157,10 @@ async def test_bad_fingerprint_pin(control_plane: ControlPlane, tmp_path: Path) 
     with pytest.raises(EnrollmentError, match="CA fingerprint mismatch"):
         await register(control_plane.url, issued["token"], tmp_path, name="x", ca_fingerprint=wrong)
     assert not Identity.exists(tmp_path)
+    # The pin was checked before the token was sent: the token still enrolls the edge.
+    right = issued["ca_fingerprint"]
+    identity = await register(control_plane.url, issued["token"], tmp_path, name="x", ca_fingerprint=right)
+    assert Identity.exists(tmp_path) and identity.edge_id
 
 
 async def test_malformed_csr(control_plane: ControlPlane, tmp_path: Path) -> None:
