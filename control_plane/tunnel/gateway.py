@@ -9,10 +9,10 @@ resolves the request directly.
 
 Placement: the edge holding a session's sandbox (and its workspace) is remembered in memory and,
 with ``placements`` set (the store), durably, so that after a control-plane restart or on another
-control-plane process the session goes back to the same edge. When that edge is gone for good (it
-did not come back within ``reconnect_grace_s``, or it is shutting down) the next call provisions on
-another edge of the environment and the gateway records a :class:`SandboxMove`, which the harness
-reports in the session log (``take_move``).
+control-plane process the session goes back to the same edge. An edge that drops or shuts down
+(drain: a restart, an upgrade) is waited for up to ``reconnect_grace_s``; when it is gone for good
+the next call provisions on another edge of the environment and the gateway records a
+:class:`SandboxMove`, which the harness reports in the session log (``take_move``).
 
 Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
 take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
@@ -256,16 +256,15 @@ class EdgeGateway:
             edge_id = await self._durable_edge(session_id)
         left_because = ""
         if edge_id is not None:
-            conn = self._registry.get(edge_id) or await self._registry.wait_for(
-                edge_id, self._config.reconnect_grace_s
-            )
-            if conn is not None and not conn.draining:
+            conn, drained = await self._await_edge(edge_id)
+            if conn is not None:
                 self._sticky[session_id] = edge_id
                 return conn
+            grace = f"{self._config.reconnect_grace_s:g} s"
             left_because = (
-                f"edge {edge_id} is shutting down"
-                if conn is not None
-                else f"edge {edge_id} did not come back within {self._config.reconnect_grace_s:g} s"
+                f"edge {edge_id} shut down and did not come back within {grace}"
+                if drained
+                else f"edge {edge_id} did not come back within {grace}"
             )
             log.warning("session %s: %s; moving the session to another edge", session_id, left_because)
             self._sticky.pop(session_id, None)
@@ -286,6 +285,36 @@ class EdgeGateway:
     def _moved(self, session_id: str, move: SandboxMove) -> None:
         """Keep the move for the harness to report (``take_move``); subclasses count it."""
         self._moves[session_id] = move
+
+    async def _await_edge(self, edge_id: str) -> tuple[EdgeConnection | None, bool]:
+        """The edge's usable connection, waiting up to ``reconnect_grace_s`` for it to come back;
+        and whether it was seen shutting down. An edge that drains (SIGTERM) is most likely being
+        restarted or upgraded, and it holds the session's workspace: wait for its tunnel to close
+        and for the edge to return, as for a dropped link, before moving the session."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.reconnect_grace_s
+        drained = False
+        conn = self._registry.get(edge_id)
+        while True:
+            if conn is not None and not conn.draining:
+                return conn, drained
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None, drained
+            if conn is None:
+                conn = await self._registry.wait_for(edge_id, remaining)
+                if conn is None:
+                    return None, drained
+                continue
+            drained = True  # shutting down: wait until its tunnel closes, then for its return
+            try:
+                async with asyncio.timeout(remaining):
+                    await conn.closed.wait()
+            except TimeoutError:
+                return None, drained
+            conn = self._registry.get(edge_id)
+            if conn is not None and conn.closed.is_set():
+                conn = None
 
     async def _durable_edge(self, session_id: str) -> str | None:
         if self.placements is None:

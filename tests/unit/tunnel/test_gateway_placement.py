@@ -119,16 +119,44 @@ async def test_a_dead_edge_moves_the_session_once_and_says_why() -> None:
     assert gw.take_move("s1") is None
 
 
-async def test_an_edge_shutting_down_moves_the_session() -> None:
+async def test_an_edge_shutting_down_for_good_moves_the_session_after_the_grace() -> None:
     registry = FakeRegistry()
     registry.connect("edge_a")
     gw = gateway(registry)
     await run(gw, key="k1")
     registry.connect("edge_b")
-    registry.conns["edge_a"].draining = True
+    registry.conns["edge_a"].draining = True  # it drains and never closes within the grace
     assert await run(gw, key="k2") == "ran on edge_b"
     move = gw.take_move("s1")
-    assert move is not None and move.reason == "edge edge_a is shutting down"
+    assert move is not None and move.reason == "edge edge_a shut down and did not come back within 0.05 s"
+
+
+async def test_an_edge_restarting_keeps_its_sessions() -> None:
+    """SIGTERM, drain, reconnect (an upgrade): the session waits for its workspace's edge instead
+    of moving to an idle one."""
+    registry = FakeRegistry()
+    registry.connect("edge_a")
+    gw = EdgeGateway(registry, GatewayConfig(reconnect_grace_s=1.0, edge_wait_s=0.05))  # type: ignore[arg-type]
+    await run(gw, key="k1")
+    registry.connect("edge_b", capacity=100)
+    registry.conns["edge_a"].draining = True
+
+    async def restart() -> None:
+        await asyncio.sleep(0.02)
+        registry.drop("edge_a")  # its tunnel closes once its calls are done ...
+        await asyncio.sleep(0.02)
+        registry.connect("edge_a")  # ... and the new process connects
+
+    task = asyncio.create_task(restart())
+    real_wait_for = registry.wait_for
+
+    async def wait_for(edge_id: str, timeout_s: float) -> FakeConn | None:
+        await task  # (the real registry wakes waiters when an edge connects)
+        return await real_wait_for(edge_id, timeout_s)
+
+    registry.wait_for = wait_for  # type: ignore[method-assign]
+    assert await run(gw, key="k2") == "ran on edge_a"
+    assert gw.take_move("s1") is None
 
 
 async def test_the_same_edge_coming_back_late_is_not_a_move() -> None:
