@@ -3,7 +3,7 @@
     outpost-control serve --data-dir DIR [--http 127.0.0.1:8080] [--tunnel 127.0.0.1:7443]
         [--model-api-key-file FILE]
     outpost-control environments create --name NAME
-    outpost-control tokens create --environment ENV_ID [--ttl-s 3600]
+    outpost-control tokens create --environment ENV_ID [--ttl-s 3600] [--count N --out-dir DIR]
     outpost-control edges list | edges connected | edges revoke EDGE_ID
     outpost-control exec --environment ENV_ID --session SESSION bash 'ls -la'
     outpost-control exec --environment ENV_ID --session SESSION read --input '{"file_path": "a.txt"}'
@@ -38,9 +38,12 @@ from control_plane.config import ControlPlaneConfig
 from control_plane.model_api_key import ModelApiKeyFileError, model_api_key
 from control_plane.server import ADMIN_KEY_FILE, ControlPlane
 from outpost_wire import sdnotify
+from outpost_wire.files import write_atomic
 from outpost_wire.logfmt import configure_logging
 
 __all__ = ["main"]
+
+_MAX_TOKENS = 1000
 
 
 def _hostport(value: str) -> tuple[str, int]:
@@ -99,6 +102,15 @@ def _parser() -> argparse.ArgumentParser:
     client(tc)
     tc.add_argument("--environment", required=True)
     tc.add_argument("--ttl-s", type=float, default=3600)
+    tc.add_argument(
+        "--count", type=int, default=1, help="how many tokens (one per edge host; 1..1000, default 1)"
+    )
+    tc.add_argument(
+        "--out-dir",
+        type=Path,
+        help="write each token to its own file here (0600; the directory is made 0700) and print "
+        "only their paths, not the tokens",
+    )
 
     edges = sub.add_parser("edges", help="enrolled and connected edges").add_subparsers(
         dest="action", required=True
@@ -219,6 +231,46 @@ def _print(data: Any) -> None:
     print(json.dumps(data, indent=2))
 
 
+def _create_tokens(args: argparse.Namespace) -> int:
+    """One or many enrollment tokens. A fleet gets one per host (tokens are single use), written to
+    files for the configuration-management tool to hand out, so they never pass through a terminal."""
+    if not 1 <= args.count <= _MAX_TOKENS:
+        raise SystemExit(f"outpost-control: --count must be 1..{_MAX_TOKENS}")
+    if args.count > 1 and args.out_dir is None:
+        raise SystemExit(
+            "outpost-control: --count above 1 needs --out-dir (tokens go to files, not the terminal)"
+        )
+    path = f"/v1/environments/{args.environment}/enrollment_tokens"
+    if args.out_dir is None:
+        data = _call(args, "POST", path, {"ttl_seconds": args.ttl_s})
+        _print(data)
+        print(
+            "\nOn the edge host (the token is single use; keep it out of shell history):\n"
+            f"  echo '<token>' > token && outpost-edge register --control-plane {args.url} "
+            f"--token-file token --ca-fingerprint {data['ca_fingerprint']}",
+            file=sys.stderr,
+        )
+        return 0
+    out_dir: Path = args.out_dir
+    out_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    written: list[dict[str, Any]] = []
+    fingerprint = ""
+    for _ in range(args.count):
+        data = _call(args, "POST", path, {"ttl_seconds": args.ttl_s})
+        token_file = out_dir / f"{data['id']}.token"
+        write_atomic(token_file, (data["token"] + "\n").encode("ascii"), mode=0o600)
+        fingerprint = data["ca_fingerprint"]
+        written.append({"id": data["id"], "file": str(token_file), "expires_at": data.get("expires_at")})
+    _print({"environment_id": args.environment, "ca_fingerprint": fingerprint, "tokens": written})
+    print(
+        "\nOn each edge host, with one of these files (each is single use):\n"
+        f"  outpost-edge register --control-plane {args.url} --token-file FILE "
+        f"--ca-fingerprint {fingerprint}",
+        file=sys.stderr,
+    )
+    return 0
+
+
 def _operate(args: argparse.Namespace) -> int:
     cmd, action = args.command, getattr(args, "action", None)
     if cmd == "environments" and action == "create":
@@ -229,19 +281,7 @@ def _operate(args: argparse.Namespace) -> int:
     elif cmd == "environments":
         _print(_call(args, "GET", "/v1/environments"))
     elif cmd == "tokens":
-        data = _call(
-            args,
-            "POST",
-            f"/v1/environments/{args.environment}/enrollment_tokens",
-            {"ttl_seconds": args.ttl_s},
-        )
-        _print(data)
-        print(
-            "\nOn the edge host (the token is single use; keep it out of shell history):\n"
-            f"  echo '<token>' > token && outpost-edge register --control-plane {args.url} "
-            f"--token-file token --ca-fingerprint {data['ca_fingerprint']}",
-            file=sys.stderr,
-        )
+        return _create_tokens(args)
     elif cmd == "edges" and action == "list":
         _print(_call(args, "GET", "/v1/edges"))
     elif cmd == "edges" and action == "connected":
