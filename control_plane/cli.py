@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,15 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--http", type=_hostport, help="API listen address (default 127.0.0.1:8080)")
     serve.add_argument("--tunnel", type=_hostport, help="tunnel listen address (default 127.0.0.1:7443)")
     serve.add_argument("--public-tunnel-address", help="host:port edges dial (default: the listen address)")
-    serve.add_argument("--tls-hostname", action="append", default=[], help="name for the tunnel certificate")
+    serve.add_argument(
+        "--tls-hostname", action="append", default=[], help="name for the tunnel (and HTTPS) certificate"
+    )
+    serve.add_argument(
+        "--http-tls",
+        action="store_true",
+        help="serve the API over HTTPS (a certificate from the control plane's CA; client certificates "
+        "optional, used to authenticate edges on the WebSocket tunnel)",
+    )
     serve.add_argument(
         "--model-base-url", help="a Messages-API endpoint (default: $ANTHROPIC_BASE_URL or Anthropic's)"
     )
@@ -87,6 +96,13 @@ def _parser() -> argparse.ArgumentParser:
         sp.add_argument("--url", default=os.environ.get("OUTPOST_URL", "http://127.0.0.1:8080"))
         sp.add_argument("--api-key-file", type=Path)
         sp.add_argument("--data-dir", type=Path, default=os.environ.get("OUTPOST_DATA_DIR"))
+        sp.add_argument(
+            "--ca-file",
+            type=Path,
+            default=os.environ.get("OUTPOST_CA_FILE"),
+            help="also trust this CA for an https --url (default: $OUTPOST_CA_FILE, else the "
+            "control plane's own CA from --data-dir)",
+        )
 
     env = sub.add_parser("environments", help="manage environments").add_subparsers(
         dest="action", required=True
@@ -156,6 +172,8 @@ def _serve_config(args: argparse.Namespace) -> ControlPlaneConfig:
         data["public_tunnel_address"] = args.public_tunnel_address
     if args.tls_hostname:
         data["tls_hostnames"] = ["localhost", *args.tls_hostname]
+    if args.http_tls:
+        data["http_tls"] = True
     if args.model_base_url:
         data["model_base_url"] = args.model_base_url
     if args.model_api_key_file:
@@ -214,11 +232,34 @@ def _api_key(args: argparse.Namespace) -> str:
     raise SystemExit("outpost-control: no API key: pass --api-key-file, set OUTPOST_API_KEY, or --data-dir")
 
 
+def _verify(args: argparse.Namespace) -> ssl.SSLContext | bool:
+    """TLS trust for an ``https`` API URL: the system's CAs plus the control plane's own (a control
+    plane with ``http_tls`` serves a certificate from it), from ``--ca-file`` or the data dir."""
+    ca_file: Path | None = args.ca_file
+    if ca_file is None and args.data_dir:
+        candidate = Path(args.data_dir) / "ca" / "ca.crt"
+        ca_file = candidate if candidate.is_file() else None
+    if ca_file is None:
+        return True
+    context = ssl.create_default_context()
+    context.load_verify_locations(cafile=str(ca_file))
+    return context
+
+
 def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     with httpx.Client(
-        base_url=args.url, timeout=300, headers={"authorization": f"Bearer {_api_key(args)}"}
+        base_url=args.url,
+        timeout=300,
+        headers={"authorization": f"Bearer {_api_key(args)}"},
+        verify=_verify(args),
     ) as c:
-        response = c.request(method, path, json=body)
+        try:
+            response = c.request(method, path, json=body)
+        except httpx.HTTPError as exc:
+            hint = ""
+            if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+                hint = " (a control plane serving its own certificate: pass --ca-file or --data-dir)"
+            raise SystemExit(f"outpost-control: cannot reach {args.url}: {exc}{hint}") from None
     data = response.json() if response.content else None
     if response.status_code >= 400:
         err = (data or {}).get("error", {}) if isinstance(data, dict) else {}

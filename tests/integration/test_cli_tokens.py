@@ -84,3 +84,23 @@ async def test_one_token_to_the_terminal(
     data = json.loads(out)
     assert code == 0 and data["token"] and data["environment_id"] == env
     assert "outpost-edge register" in err
+
+
+async def test_the_cli_trusts_the_control_planes_own_ca_over_https(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
+    config = ControlPlaneConfig(data_dir=tmp_path / "cp", http_port=0, tunnel_port=0, http_tls=True)
+    async with ControlPlane(config) as plane:
+        assert plane.http_url.startswith("https://")
+        code, out, _ = await cli(plane, capsys, "environments", "create", "--name", "tls")
+        assert code == 0 and json.loads(out)["id"].startswith("env")
+        # Without the control plane's CA (no data dir, no --ca-file) the certificate is not trusted.
+        monkeypatch.setenv("OUTPOST_API_KEY", plane.admin_key())
+        with pytest.raises(SystemExit, match=r"CERTIFICATE_VERIFY_FAILED.*pass --ca-file or --data-dir"):
+            await asyncio.to_thread(main, ["environments", "list", "--url", plane.http_url])
+        ca = str(plane.config.data_dir / "ca" / "ca.crt")
+        code = await asyncio.to_thread(
+            main, ["environments", "list", "--url", plane.http_url, "--ca-file", ca]
+        )
+        assert code == 0
