@@ -4,6 +4,8 @@
     outpost-edge run [--config /etc/outpost-edge/config.yaml]
     outpost-edge check-config --config FILE
     outpost-edge doctor [--config FILE]     check config, identity, Docker, DNS, TCP, TLS, proxy, clock
+    outpost-edge renew-certificate --config FILE   renew the client certificate now (the daemon
+                                            also renews it by itself before it expires)
 
 The enrollment token is single use; prefer ``--token-file`` or the ``OUTPOST_ENROLL_TOKEN``
 environment variable to ``--token`` (a command line is visible to other users of the host).
@@ -56,6 +58,12 @@ def _parser() -> argparse.ArgumentParser:
 
     chk = sub.add_parser("check-config", help="validate the config and policy, print the policy digest")
     common(chk)
+
+    ren = sub.add_parser(
+        "renew-certificate",
+        help="renew this edge's client certificate now (the running daemon picks it up at its next check)",
+    )
+    common(ren)
 
     doc = sub.add_parser("doctor", help="check everything this edge needs and say what to fix")
     common(doc)
@@ -113,6 +121,20 @@ async def _register(args: argparse.Namespace, config: EdgeConfig) -> int:
     return 0
 
 
+async def _renew_certificate(config: EdgeConfig) -> int:
+    from edge_agent.identity import Identity
+    from edge_agent.renew import renew_certificate, renewal_urls
+
+    identity = await asyncio.to_thread(Identity.load, config.state_dir)
+    cp = config.control_plane
+    urls = renewal_urls([a.url for a in cp.addresses] or [cp.url], identity)
+    renewed = await renew_certificate(identity, urls, proxy_url=config.connection.proxy_url)
+    print(f"renewed the client certificate of edge {renewed.edge_id}")
+    print(f"valid until {renewed.not_after:%Y-%m-%d %H:%M} UTC (was {identity.not_after:%Y-%m-%d %H:%M} UTC)")
+    print("a running edge daemon picks it up at its next certificate check (identity.renew_check_interval_s)")
+    return 0
+
+
 async def _run(config: EdgeConfig, context: ContextFilter) -> int:
     from edge_agent.daemon import EdgeAgent
 
@@ -147,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command == "register":
             return asyncio.run(_register(args, config))
+        if args.command == "renew-certificate":
+            return asyncio.run(_renew_certificate(config))
         return asyncio.run(_run(config, context))
     except EdgeError as exc:
         print(f"outpost-edge: {exc}", file=sys.stderr)

@@ -23,6 +23,9 @@ Example (every key optional except ``control_plane``)::
       transport: auto          # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)
     observability:
       listen: 127.0.0.1:9464   # /metrics, /healthz, /readyz; null turns it off
+    identity:                  # automatic renewal of the edge's client certificate
+      renew_before_days: 30    # renew when less than this is left (or a third of its lifetime)
+      renew_check_interval_s: 21600
     logging:
       format: json             # or plain (the default)
 
@@ -51,6 +54,7 @@ __all__ = [
     "ControlPlaneAddress",
     "ControlPlaneConfig",
     "EdgeConfig",
+    "IdentityConfig",
     "LoggingConfig",
     "ObservabilityConfig",
     "SandboxConfig",
@@ -113,6 +117,25 @@ class ConnectionConfig(_Strict):
             raise ValueError("heartbeat_timeout_s must be greater than heartbeat_interval_s")
         if self.backoff_max_s < self.backoff_initial_s:
             raise ValueError("backoff_max_s must be at least backoff_initial_s")
+        return self
+
+
+class IdentityConfig(_Strict):
+    """Automatic renewal of the edge's client certificate (``edge_agent.renew``)."""
+
+    #: Renew when less than this is left of the certificate, or less than a third of its lifetime
+    #: if that is shorter.
+    renew_before_days: float = Field(30.0, gt=0)
+    #: How often the daemon checks (it also checks at start, and wakes at the renewal time).
+    renew_check_interval_s: float = Field(6 * 3600.0, gt=0)
+    #: After a failed renewal: first retry after this, doubling up to ``renew_retry_max_s``.
+    renew_retry_initial_s: float = Field(60.0, gt=0)
+    renew_retry_max_s: float = Field(900.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> IdentityConfig:
+        if self.renew_retry_max_s < self.renew_retry_initial_s:
+            raise ValueError("renew_retry_max_s must be at least renew_retry_initial_s")
         return self
 
 
@@ -185,6 +208,7 @@ class EdgeConfig(_Strict):
     results: ResultsConfig = ResultsConfig()
     logging: LoggingConfig = LoggingConfig()
     observability: ObservabilityConfig = ObservabilityConfig()
+    identity: IdentityConfig = IdentityConfig()
 
     @model_validator(mode="after")
     def _one_policy(self) -> EdgeConfig:

@@ -5,11 +5,12 @@
                          ResultJournal ───────────────────┼─► Dispatcher ─► Link ─► control plane
                          Policy ──────────────────────────┘
 
-The link dials out; the only listener is the optional observability endpoint
-(:mod:`edge_agent.observe`: ``/metrics``, ``/healthz``, ``/readyz``, loopback by default).
-Lifecycle: ``async with EdgeAgent(config) as agent``
-starts everything (reconciling the containers it owns first, so nothing leaks across a
-``kill -9``); :meth:`EdgeAgent.drain` finishes in-flight calls within the grace period; leaving the
+The link dials out, and a renewal task (:mod:`edge_agent.renew`) renews the edge's client
+certificate before it expires; the next connection presents the new one. The only listener is
+the optional observability endpoint (:mod:`edge_agent.observe`: ``/metrics``, ``/healthz``,
+``/readyz``, loopback by default). Lifecycle: ``async with EdgeAgent(config) as agent`` starts
+everything (reconciling the containers it owns first, so nothing leaks across a ``kill -9``);
+:meth:`EdgeAgent.drain` finishes in-flight calls within the grace period; leaving the
 context closes everything, idempotently.
 """
 
@@ -21,6 +22,8 @@ import json
 import logging
 import os
 import signal
+from datetime import timedelta
+from functools import partial
 from types import TracebackType
 
 from edge_agent.config import EdgeConfig
@@ -34,6 +37,7 @@ from edge_agent.journal import ResultJournal
 from edge_agent.mcp import McpCatalog, McpHub
 from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
+from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from outpost_wire import sdnotify
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
@@ -86,6 +90,21 @@ class EdgeAgent:
             edge_id=self.identity.edge_id,
             tools=TOOLS,
             mcp_servers=[server.name for server in config.mcp_servers],
+        )
+        self.metrics.bind(certificate_not_after=lambda: self.identity.not_after.timestamp())
+        ident = config.identity
+        self.renewer = CertificateRenewer(
+            self.identity,
+            schedule=RenewalSchedule(
+                renew_before=timedelta(days=ident.renew_before_days),
+                check_interval_s=ident.renew_check_interval_s,
+                retry_initial_s=ident.renew_retry_initial_s,
+                retry_max_s=ident.renew_retry_max_s,
+            ),
+            urls=renewal_urls([a.url for a in cp.addresses] or [cp.url], self.identity),
+            renew=partial(renew_certificate, proxy_url=config.connection.proxy_url),
+            on_renewed=self._use_identity,
+            on_attempt=self.metrics.certificate_renewal,
         )
         self.observe: ObserveServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,6 +163,7 @@ class EdgeAgent:
         await self._start_observe()
         self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
         self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
+        self._tasks.append(asyncio.create_task(self.renewer.run(), name="edge-certificate-renewal"))
         c = cfg.connection  # the watchdog tolerates a reconnect with backoff, not a link stuck down
         supervise = sdnotify.supervise(
             self.notifier,
@@ -194,6 +214,12 @@ class EdgeAgent:
             routes=RelayRoutes(key),
             credentials=credentials,
         )
+
+    def _use_identity(self, identity: Identity) -> None:
+        """A renewed certificate: the next connection (gRPC or WebSocket) presents it; the tunnel
+        that is up stays up."""
+        self.identity = identity
+        self.dialer.set_identity(identity)
 
     async def _connect(self) -> Transport:
         return await self.dialer.connect()

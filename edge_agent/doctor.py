@@ -4,7 +4,8 @@ Checks, in order (a check that cannot run because an earlier one failed is ``SKI
 
     config       the config file loads (the CLI reports a config that does not)
     identity     registered; the private key is 0600; the pieces belong together
-    certificate  the client certificate is valid now and for at least 14 more days (else WARN)
+    certificate  the client certificate is valid now, for at least 14 more days, and not overdue for
+                 its automatic renewal (else WARN)
     docker       the engine answers, and the policy's default sandbox image is present
     proxy        which proxy the tunnel goes through (gRPC reads grpc_proxy / https_proxy /
                  http_proxy and no_grpc_proxy / no_proxy, lower case only), and that it lets
@@ -41,6 +42,7 @@ from cryptography import x509
 from edge_agent.config import EdgeConfig
 from edge_agent.errors import EdgeError
 from edge_agent.identity import IDENTITY_DIR, Identity
+from edge_agent.renew import RenewalSchedule
 
 __all__ = [
     "CERT_WARN_DAYS",
@@ -258,15 +260,29 @@ class Doctor:
                 "certificate",
                 Status.FAIL,
                 f"the client certificate expired on {not_after:%Y-%m-%d} UTC",
-                "register this edge again with a new enrollment token",
+                "an expired certificate cannot be renewed: move the identity directory aside "
+                "and register this edge again with a new enrollment token (then revoke the old "
+                "edge id)",
             )
-        text = f"client certificate valid until {not_after:%Y-%m-%d} UTC ({left.days} days left)"
-        if left < timedelta(days=CERT_WARN_DAYS):
+        ident = self.config.identity
+        schedule = RenewalSchedule(
+            renew_before=timedelta(days=ident.renew_before_days),
+            check_interval_s=ident.renew_check_interval_s,
+        )
+        renew_at = schedule.renew_at(not_before, not_after)
+        text = (
+            f"client certificate valid until {not_after:%Y-%m-%d} UTC ({left.days} days left); "
+            f"renewed automatically from {renew_at:%Y-%m-%d} UTC"
+        )
+        overdue = now - renew_at > timedelta(seconds=ident.renew_check_interval_s) + timedelta(hours=1)
+        if left < timedelta(days=CERT_WARN_DAYS) or overdue:
             return CheckResult(
                 "certificate",
                 Status.WARN,
                 text,
-                "register this edge again soon with a new enrollment token, before it expires",
+                "the running edge (outpost-edge run) renews its certificate by itself, and has not yet: "
+                "look for 'certificate renewal failed' in its log (control plane unreachable, edge "
+                "revoked), or renew now with: outpost-edge renew-certificate --config FILE",
             )
         return CheckResult("certificate", Status.OK, text)
 

@@ -9,9 +9,19 @@ directory::
         edge.crt          0644  client certificate (PEM)
         ca.crt            0644  the control plane's CA (PEM)
         identity.json     0600  edge_id, environment_id, control_plane_url, tunnel_address
+        edge.key.pending  0600  only during a certificate renewal: the new key (edge_agent.renew)
+        edge.crt.pending  0644  only while a renewal is being committed: the new certificate
+        .renew.lock       0600  serialises renewals (the daemon and `outpost-edge renew-certificate`)
 
 Each file is written through a temp file and a rename, ``identity.json`` last; :meth:`Identity.load`
-checks that the pieces belong together, so a torn write is reported instead of used. The WebSocket
+checks that the pieces belong together, so a torn write is reported instead of used.
+
+A renewal replaces ``edge.key`` and ``edge.crt`` together (:meth:`Identity.commit_renewal`): the new
+key is on disk (``edge.key.pending``) before it is sent anywhere, the new certificate is written
+as ``edge.crt.pending``, then both are renamed into place. :meth:`Identity.load` finishes a commit
+that a crash interrupted (a pending certificate that belongs to the pending or current key and was
+issued by the CA) and drops a pending certificate that does not; a pending key on its own (the
+answer never arrived or was never saved) is left for the next renewal to discard. The WebSocket
 transport hands ``edge.crt`` / ``edge.key`` to its TLS context (:meth:`Identity.client_cert_files`).
 
 This module depends on ``cryptography`` and the standard library only (no control-plane imports).
@@ -19,8 +29,11 @@ This module depends on ``cryptography`` and the standard library only (no contro
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import dataclass, field
+import logging
+import os
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -41,8 +54,12 @@ __all__ = [
     "IDENTITY_DIR",
     "Identity",
     "IdentityError",
+    "discard_pending_key",
     "generate_key_and_csr",
+    "write_pending_key",
 ]
+
+log = logging.getLogger(__name__)
 
 # The control plane's CA writes these SAN URIs (control_plane.enroll.ca); kept in step by hand
 # because the two packages never import each other.
@@ -54,6 +71,8 @@ _KEY_FILE = "edge.key"
 _CERT_FILE = "edge.crt"
 _CA_FILE = "ca.crt"
 _META_FILE = "identity.json"
+_PENDING_KEY_FILE = "edge.key.pending"
+_PENDING_CERT_FILE = "edge.crt.pending"
 _FORMAT_VERSION = 1
 
 
@@ -130,6 +149,11 @@ class Identity:
             return None
         return cert_path, key_path
 
+    @property
+    def not_before(self) -> datetime:
+        """When the client certificate became valid (UTC)."""
+        return self.certificate.not_valid_before_utc
+
     # -- checks ---------------------------------------------------------------------------------
     def verify(self) -> None:
         """Check that the pieces belong together: the certificate is for our key, was issued by the
@@ -179,6 +203,33 @@ class Identity:
         write_atomic(directory / _META_FILE, (json.dumps(meta, indent=2) + "\n").encode(), 0o600)
         return directory
 
+    def commit_renewal(self, key_pem: bytes, cert_pem: bytes) -> Identity:
+        """Make ``key_pem`` / ``cert_pem`` (a renewed certificate for this edge) the stored identity
+        and return it. The key must already be on disk as the pending key
+        (:func:`write_pending_key`). The CA and ``identity.json`` stay as they are.
+
+        Raises :class:`IdentityError` if the new pieces do not belong together (nothing is changed
+        then) or this identity is not stored on disk. Blocking file I/O.
+        """
+        if self.directory is None:
+            raise IdentityError("this identity is not stored on disk: nothing to renew")
+        renewed = replace(self, key_pem=key_pem, cert_pem=cert_pem)
+        renewed.verify()
+        directory = self.directory
+        pending_key = directory / _PENDING_KEY_FILE
+        try:
+            on_disk = pending_key.read_bytes()
+        except OSError as exc:
+            raise IdentityError(f"the pending key {pending_key} is gone: {exc.strerror}") from None
+        if on_disk != key_pem:
+            raise IdentityError(f"{pending_key} holds another key than the one being committed")
+        write_atomic(directory / _PENDING_CERT_FILE, cert_pem, 0o644)
+        # Key, then certificate: a crash in between leaves edge.crt.pending, which load() finishes.
+        os.replace(pending_key, directory / _KEY_FILE)
+        os.replace(directory / _PENDING_CERT_FILE, directory / _CERT_FILE)
+        _fsync_dir(directory)
+        return renewed
+
     @classmethod
     def exists(cls, state_dir: Path) -> bool:
         """Whether ``state_dir`` holds an identity (complete or not)."""
@@ -195,6 +246,7 @@ class Identity:
         directory = state_dir / IDENTITY_DIR
         key_path = directory / _KEY_FILE
         meta_path = directory / _META_FILE
+        _finish_interrupted_renewal(directory)
         if not meta_path.exists() or not key_path.exists():
             raise IdentityError(
                 f"no edge identity in {directory}: register this edge first "
@@ -234,7 +286,66 @@ class Identity:
         return identity
 
 
+def write_pending_key(directory: Path, key_pem: bytes) -> Path:
+    """Store the key of a renewal in progress (0600, atomically) before its CSR goes anywhere."""
+    path = directory / _PENDING_KEY_FILE
+    write_atomic(path, key_pem, 0o600)
+    return path
+
+
+def discard_pending_key(directory: Path) -> bool:
+    """Remove a pending key (and certificate) left by a renewal that did not finish; whether
+    there was one. The current identity is untouched."""
+    found = False
+    for name in (_PENDING_KEY_FILE, _PENDING_CERT_FILE):
+        path = directory / name
+        if path.exists():
+            found = True
+            path.unlink(missing_ok=True)
+    return found
+
+
 # -- helpers --------------------------------------------------------------------------------------------
+def _finish_interrupted_renewal(directory: Path) -> None:
+    """Complete a renewal commit a crash interrupted: ``edge.crt.pending`` is installed if it belongs
+    to the pending key (or to ``edge.key``, already replaced) and was issued by the stored CA;
+    otherwise it is removed. Problems are left for the normal checks to report."""
+    pending_cert = directory / _PENDING_CERT_FILE
+    if not pending_cert.exists():
+        return
+    pending_key, key_path = directory / _PENDING_KEY_FILE, directory / _KEY_FILE
+    source = pending_key if pending_key.exists() else key_path
+    try:
+        cert = x509.load_pem_x509_certificate(pending_cert.read_bytes())
+        ca = x509.load_pem_x509_certificate((directory / _CA_FILE).read_bytes())
+        cert.verify_directly_issued_by(ca)
+        key = serialization.load_pem_private_key(source.read_bytes(), password=None)
+        if _spki(_public_key(key)) != _spki(cert.public_key()):
+            raise ValueError("it is not for the pending or the current key")
+    except (OSError, ValueError, TypeError, InvalidSignature, UnsupportedAlgorithm) as exc:
+        log.warning("discarding an unusable pending certificate in %s: %s", directory, exc)
+        with contextlib.suppress(OSError):
+            pending_cert.unlink()
+        return
+    try:
+        if source == pending_key:
+            os.replace(pending_key, key_path)
+        os.replace(pending_cert, directory / _CERT_FILE)
+        _fsync_dir(directory)
+    except OSError as exc:  # read-only (doctor as another user?): the checks report the rest
+        log.warning("cannot finish the interrupted certificate renewal in %s: %s", directory, exc)
+        return
+    log.warning("finished an interrupted certificate renewal: the new certificate is in %s", directory)
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _parse_meta(raw: bytes, path: Path) -> dict[str, Any]:
     try:
         meta = json.loads(raw)

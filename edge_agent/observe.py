@@ -65,6 +65,9 @@ class EdgeMetrics:
     * ``outpost_edge_mcp_calls_total{server,outcome}``,
       ``outpost_edge_mcp_call_duration_seconds{server,outcome}`` (histogram)
     * ``outpost_edge_sandbox_operations_total{op,outcome}`` (provision / destroy)
+    * ``outpost_edge_certificate_expiry_timestamp_seconds``: when the client certificate in use
+      expires (unix seconds); alert when ``- time()`` falls under the renewal window
+    * ``outpost_edge_certificate_renewals_total{outcome}`` (``ok`` / ``error``)
     """
 
     def __init__(
@@ -81,6 +84,7 @@ class EdgeMetrics:
         self._link: Link | None = None
         self._manager: SandboxManager | None = None
         self._capacity = 0
+        self._certificate_not_after: Callable[[], float] | None = None
         r = self.registry
         r.gauge_func(
             "outpost_edge_info",
@@ -147,17 +151,39 @@ class EdgeMetrics:
             "Provision and destroy requests, by operation and outcome.",
             ("op", "outcome"),
         )
+        r.gauge_func(
+            "outpost_edge_certificate_expiry_timestamp_seconds",
+            "When the client certificate this edge presents expires (unix seconds).",
+            (),
+            lambda: {} if self._certificate_not_after is None else {(): self._certificate_not_after()},
+        )
+        self.certificate_renewals = r.counter(
+            "outpost_edge_certificate_renewals_total",
+            "Attempts to renew the client certificate, by outcome (ok, error).",
+            ("outcome",),
+        )
 
     def bind(
-        self, *, link: Link | None = None, manager: SandboxManager | None = None, capacity: int = 0
+        self,
+        *,
+        link: Link | None = None,
+        manager: SandboxManager | None = None,
+        capacity: int = 0,
+        certificate_not_after: Callable[[], float] | None = None,
     ) -> None:
         """Read scrape-time figures from these (any may be bound later)."""
+        if certificate_not_after is not None:
+            self._certificate_not_after = certificate_not_after
         if link is not None:
             self._link = link
         if manager is not None:
             self._manager = manager
         if capacity:
             self._capacity = capacity
+
+    def certificate_renewal(self, ok: bool) -> None:
+        """Count a renewal attempt."""
+        self.certificate_renewals.labels("ok" if ok else "error").inc()
 
     def ready(self) -> bool:
         """True while the link has a handshake-complete tunnel."""

@@ -2,15 +2,17 @@
 
 Two routers, both free of API-key auth; the application mounts them:
 
-* :func:`enroll_router` — ``POST /v1/edges/enroll`` and ``GET /v1/edges/enroll/ca`` (the CA
-  certificate). Public: the enrollment token in the body is the credential. Mount it *outside* the
-  API-key middleware.
+* :func:`enroll_router` — ``POST /v1/edges/enroll``, ``GET /v1/edges/enroll/ca`` (the CA
+  certificate) and ``POST /v1/edges/renew``. Public: the enrollment token in the body is the
+  credential, or for a renewal the edge's proof-of-possession token (``Authorization: Outpost-PoP
+  <token>``, made with its current certificate). Mount it *outside* the API-key middleware.
 * :func:`operator_router` — ``POST /v1/environments/{id}/enrollment_tokens``, ``GET /v1/edges``,
   ``GET /v1/edges/{id}``, ``POST /v1/edges/{id}/revoke``. Mount it *behind* the API-key middleware.
 
 Errors use the Anthropic API shape ``{"type": "error", "error": {"type": ..., "message": ...}}``:
 400 ``invalid_request_error`` (bad body, query or CSR), 401 ``authentication_error`` (token rejected:
-unknown / expired / used), 404 ``not_found_error``, 413 ``request_too_large``. The routers map these
+unknown / expired / used; for a renewal, the proof of possession or the edge's certificate refused,
+with the reason), 404 ``not_found_error``, 413 ``request_too_large``. The routers map these
 themselves (through their route class), so they do not depend on the application's handlers. Error
 messages never echo request input, so a token cannot leak into a response or a log through them.
 """
@@ -28,9 +30,10 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Message
 
-from control_plane.enroll.service import MAX_TOKEN_TTL_S, EnrollmentService
+from control_plane.enroll.service import MAX_TOKEN_TTL_S, EdgeAuthError, EnrollmentService
 from control_plane.errors import InvalidRequest, NotFound, TokenRejected
 from control_plane.store.base import EdgeRecord
+from outpost_wire.pop import AUTH_SCHEME, PopError
 
 __all__ = [
     "MAX_BODY_BYTES",
@@ -44,6 +47,8 @@ __all__ = [
     "EnrollmentTokenObject",
     "ErrorDetail",
     "ErrorResponse",
+    "RenewRequest",
+    "RenewResponse",
     "enroll_router",
     "error_response",
     "operator_router",
@@ -71,6 +76,23 @@ class EnrollResponse(BaseModel):
     certificate_pem: str
     ca_certificate_pem: str
     tunnel_address: str | None = None  # where the edge dials the tunnel, if the control plane says
+
+
+class RenewRequest(BaseModel):
+    """Body of ``POST /v1/edges/renew`` (the credential is the ``Authorization`` header)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csr_pem: str = Field(min_length=1, max_length=16 * 1024)
+
+
+class RenewResponse(BaseModel):
+    """Answer to a successful renewal: the edge's new certificate (same edge, same environment)."""
+
+    edge_id: str
+    certificate_pem: str
+    ca_certificate_pem: str
+    not_after: datetime
 
 
 class CaCertificate(BaseModel):
@@ -158,6 +180,15 @@ _ENROLL_ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": ErrorResponse, "description": "authentication_error: token unknown, expired or used"},
     413: _ERRORS[413],
 }
+_RENEW_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorResponse, "description": "invalid_request_error: bad body or CSR"},
+    401: {
+        "model": ErrorResponse,
+        "description": "authentication_error: proof of possession refused, or the edge's certificate "
+        "is no longer accepted (revoked, expired, replaced), with the reason",
+    },
+    413: _ERRORS[413],
+}
 
 
 # -- error mapping -----------------------------------------------------------------------------------------
@@ -224,7 +255,7 @@ class AnthropicErrorRoute(APIRoute):
                 return await handler(Request(request.scope, receive))
             except RequestValidationError as exc:
                 return error_response(400, "invalid_request_error", _describe_validation(exc))
-            except TokenRejected as exc:
+            except (TokenRejected, EdgeAuthError, PopError) as exc:
                 return error_response(401, "authentication_error", str(exc))
             except InvalidRequest as exc:
                 return error_response(400, "invalid_request_error", str(exc))
@@ -251,6 +282,20 @@ def enroll_router(service: EnrollmentService, *, tunnel_address: str | None = No
             certificate_pem=enrolled.certificate_pem.decode("ascii"),
             ca_certificate_pem=enrolled.ca_certificate_pem.decode("ascii"),
             tunnel_address=tunnel_address,
+        )
+
+    @router.post("/v1/edges/renew", response_model=RenewResponse, responses=_RENEW_ERRORS)
+    async def renew_certificate(body: RenewRequest, request: Request) -> RenewResponse:
+        """A new certificate for the edge that signed the proof-of-possession token, over the key
+        in the CSR; its previous certificate stays accepted until it uses the new one."""
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        given = token.strip() if scheme.lower() == AUTH_SCHEME.lower() else None
+        renewed = await service.renew(given or None, body.csr_pem.encode("utf-8"))
+        return RenewResponse(
+            edge_id=renewed.edge_id,
+            certificate_pem=renewed.certificate_pem.decode("ascii"),
+            ca_certificate_pem=renewed.ca_certificate_pem.decode("ascii"),
+            not_after=renewed.not_after,
         )
 
     @router.get("/v1/edges/enroll/ca", response_model=CaCertificate)

@@ -1,7 +1,8 @@
 """Enrollment and identity: the control plane's CA, join tokens, and tunnel peer authentication.
 
 * :mod:`.ca` — :class:`CertificateAuthority` (EC P-256) signing edge client and tunnel server certs.
-* :mod:`.service` — :class:`EnrollmentService`: tokens, ``enroll``, ``authenticate_peer``, ``revoke``.
+* :mod:`.service` — :class:`EnrollmentService`: tokens, ``enroll``, ``authenticate_peer``, ``renew``,
+  ``revoke``.
 
 HTTP routes live in ``control_plane.api.enroll_routes``.
 """
@@ -22,8 +23,10 @@ from control_plane.enroll.service import (
     EnrolledEdge,
     EnrollmentService,
     IssuedToken,
+    RenewedEdge,
     RevocationListener,
     hash_token,
+    renewal_audience,
 )
 
 __all__ = [
@@ -36,8 +39,10 @@ __all__ = [
     "EnrolledEdge",
     "EnrollmentService",
     "IssuedToken",
+    "RenewedEdge",
     "RevocationListener",
     "edge_id_from_cert",
     "environment_id_from_cert",
     "hash_token",
+    "renewal_audience",
 ]

@@ -5,7 +5,16 @@ The flow (two steps, as in kubeadm / Teleport join)::
     operator ── create_token(environment_id) ──► "oet_…"  (single use, expires; stored as sha256 only)
     edge     ── enroll(token, csr, name) ──────► certificate for a key the edge generated and keeps
     tunnel   ── authenticate_peer(cert_der) ───► EdgeRecord, or EdgeAuthError(reason)
+    edge     ── renew(pop_token, csr) ─────────► a new certificate for the same edge (see below)
     operator ── revoke(edge_id) ───────────────► listeners told, so live tunnels can be cut
+
+Renewal (as kubelet rotates its client certificate): the edge proves it holds its current key with
+a proof-of-possession token (:mod:`outpost_wire.pop`, audience :func:`renewal_audience`, distinct
+from the tunnel's so that a tunnel token cannot be turned into a certificate) and sends a CSR for a
+new key. The new certificate names the same edge and environment; the store keeps the certificate
+the edge renewed from as its *previous* one, accepted (by ``authenticate_peer`` and ``renew``)
+until the edge first authenticates with the new one or the previous one expires, so an edge that
+lost the answer (crashed before saving it) still gets in with what it holds and renews again.
 
 Token values are never logged or stored: logs carry the first 12 hex digits of their sha256.
 """
@@ -31,20 +40,24 @@ from control_plane.enroll.ca import (
     environment_id_from_cert,
     load_csr,
 )
-from control_plane.errors import ControlPlaneError, InvalidRequest, NotFound, TokenRejected
+from control_plane.errors import Conflict, ControlPlaneError, InvalidRequest, NotFound, TokenRejected
 from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord, Store
 from outpost_wire.errors import ErrorCode
+from outpost_wire.pop import AUTH_SCHEME, NonceCache, PopError, verify_token
 
 __all__ = [
     "MAX_TOKEN_TTL_S",
+    "RENEW_AUDIENCE_PREFIX",
     "TOKEN_PREFIX",
     "EdgeAuthError",
     "EdgeAuthReason",
     "EnrolledEdge",
     "EnrollmentService",
     "IssuedToken",
+    "RenewedEdge",
     "RevocationListener",
     "hash_token",
+    "renewal_audience",
 ]
 
 logger = logging.getLogger(__name__)
@@ -52,6 +65,9 @@ logger = logging.getLogger(__name__)
 TOKEN_PREFIX = "oet_"  # noqa: S105  (a prefix, not a secret)
 MAX_TOKEN_TTL_S = 7 * 24 * 3600.0
 MAX_EDGE_NAME_CHARS = 128
+#: Audience prefix of the proof-of-possession tokens that renew a certificate; the edge uses the
+#: same text (kept in step by hand: edge_agent.renew).
+RENEW_AUDIENCE_PREFIX = "outpost-renew:"
 
 EdgeAuthReason = Literal[
     "malformed_certificate",  # not DER, or no outpost edge/environment id in it
@@ -100,6 +116,22 @@ class EnrolledEdge:
     ca_certificate_pem: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RenewedEdge:
+    """What a successful renewal returns to the edge."""
+
+    edge_id: str
+    environment_id: str
+    certificate_pem: bytes
+    ca_certificate_pem: bytes
+    not_after: datetime
+
+
+def renewal_audience(ca_fingerprint_sha256: str) -> str:
+    """The audience of renewal tokens for the control plane whose CA has this sha256 (hex)."""
+    return RENEW_AUDIENCE_PREFIX + ca_fingerprint_sha256
+
+
 def hash_token(token: str) -> str:
     """sha256 hex of a token: the only form in which tokens are stored or compared."""
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
@@ -125,6 +157,8 @@ class EnrollmentService:
         self._clock = clock
         self._cert_valid_days = cert_valid_days
         self._listeners: list[RevocationListener] = []
+        self._renew_nonces = NonceCache()
+        self._renew_audience = renewal_audience(ca.fingerprint_sha256)
 
     @property
     def ca(self) -> CertificateAuthority:
@@ -226,44 +260,140 @@ class EnrollmentService:
         """The active edge that ``cert_der`` (the TLS peer's leaf certificate) belongs to.
 
         Checks again what the TLS layer should already have checked (issuer), then what only the
-        store knows: the edge exists, this is the certificate we issued to it, it is not revoked and
-        not expired. Raises :class:`EdgeAuthError` with the reason otherwise.
+        store knows: the edge exists, this is the certificate we issued to it (its current one, or
+        the previous one it renewed from while that is still accepted), it is not revoked and not
+        expired. Raises :class:`EdgeAuthError` with the reason otherwise. The first time an edge
+        authenticates with its current certificate after a renewal, the previous one is forgotten.
         """
+        edge, _ = await self._authenticate(cert_der)
+        return edge
+
+    async def _authenticate(self, cert_der: bytes, *, what: str = "tunnel peer") -> tuple[EdgeRecord, str]:
+        """``(edge, fingerprint of the certificate it authenticated with)``."""
         try:
             cert = x509.load_der_x509_certificate(cert_der)
         except ValueError:
-            raise self._reject("malformed_certificate") from None
+            raise self._reject("malformed_certificate", what=what) from None
         if not self._ca.verify_issued_by_us(cert):
-            raise self._reject("untrusted_issuer")
+            raise self._reject("untrusted_issuer", what=what)
         if not _is_client_cert(cert):
-            raise self._reject("wrong_purpose")
+            raise self._reject("wrong_purpose", what=what)
         try:
             edge_id = edge_id_from_cert(cert)
             environment_id = environment_id_from_cert(cert)
         except InvalidRequest:
-            raise self._reject("malformed_certificate") from None
+            raise self._reject("malformed_certificate", what=what) from None
         try:
             edge = await self._store.get_edge(edge_id)
         except NotFound:
-            raise self._reject("unknown_edge", edge_id) from None
+            raise self._reject("unknown_edge", edge_id, what=what) from None
         fingerprint = cert.fingerprint(hashes.SHA256()).hex()
-        if (
-            not hmac.compare_digest(fingerprint, edge.cert_fingerprint)
-            or environment_id != edge.environment_id
-        ):
-            raise self._reject("certificate_mismatch", edge_id)
+        previous = edge.previous_cert_fingerprint
+        is_current = hmac.compare_digest(fingerprint, edge.cert_fingerprint)
+        is_previous = previous is not None and hmac.compare_digest(fingerprint, previous)
+        if not (is_current or is_previous) or environment_id != edge.environment_id:
+            raise self._reject("certificate_mismatch", edge_id, what=what)
         if edge.revoked_at is not None:
-            raise self._reject("revoked", edge_id)
+            raise self._reject("revoked", edge_id, what=what)
         now = self._clock()
-        if now >= min(cert.not_valid_after_utc, edge.cert_not_after):
-            raise self._reject("expired", edge_id)
+        recorded_not_after = edge.cert_not_after if is_current else edge.previous_cert_not_after
+        if previous is not None and (is_current or _passed(edge.previous_cert_not_after, now)):
+            # The edge has the new certificate in hand, or the old one is past use: stop
+            # accepting the old one.
+            edge = await self._store.forget_previous_edge_certificate(edge.id, edge.cert_fingerprint)
+            if is_current:
+                logger.info(
+                    "edge %s authenticated with its renewed certificate (serial %s); "
+                    "its previous certificate is no longer accepted",
+                    edge.id,
+                    edge.cert_serial,
+                )
+        if recorded_not_after is None or now >= min(cert.not_valid_after_utc, recorded_not_after):
+            raise self._reject("expired", edge_id, what=what)
         if now < cert.not_valid_before_utc:
-            raise self._reject("not_yet_valid", edge_id)
-        return edge
+            raise self._reject("not_yet_valid", edge_id, what=what)
+        if is_previous:
+            logger.info(
+                "edge %s authenticated with the certificate it renewed from "
+                "(it has not used its renewed one yet)",
+                edge.id,
+            )
+        return edge, fingerprint
+
+    # -- renewal --------------------------------------------------------------------------------
+    async def renew(self, token: str | None, csr_pem: bytes) -> RenewedEdge:
+        """Issue a new certificate for the edge that signed ``token`` (a proof-of-possession token
+        for :func:`renewal_audience`, made with its current or previous certificate) over the key
+        in ``csr_pem``; same edge id, same environment, ``cert_valid_days`` of validity.
+
+        Raises :class:`~outpost_wire.pop.PopError` (bad, replayed or missing token) and
+        :class:`EdgeAuthError` (the certificate in it no longer authenticates the edge) before the
+        CSR is looked at, then ``InvalidRequest`` for a bad CSR. Never logs the token.
+        """
+        if not token:
+            raise self._refuse_renewal(
+                PopError("missing", f"expected an 'Authorization: {AUTH_SCHEME} <token>' header")
+            )
+        now = self._clock()
+        try:
+            claims = verify_token(token, audience=self._renew_audience, now=now.timestamp())
+        except PopError as exc:
+            raise self._refuse_renewal(exc) from None
+        edge, renewed_from = await self._authenticate(claims.cert_der, what="certificate renewal")
+        if edge.id != claims.edge_id:
+            raise self._refuse_renewal(
+                PopError("edge_mismatch", "the token names another edge than its certificate"), edge.id
+            )
+        try:
+            self._renew_nonces.use(claims, now.timestamp())
+        except PopError as exc:
+            raise self._refuse_renewal(exc, edge.id) from None
+        try:
+            cert = self._ca.sign_edge_csr(
+                csr_pem, edge.id, edge.environment_id, valid_days=self._cert_valid_days, now=now
+            )
+        except InvalidRequest as exc:
+            logger.warning("certificate renewal of edge %s refused: bad CSR (%s)", edge.id, exc)
+            raise
+        try:
+            record = await self._store.renew_edge_certificate(
+                edge.id,
+                format(cert.serial_number, "x"),
+                cert.fingerprint(hashes.SHA256()).hex(),
+                cert.not_valid_after_utc,
+                now,
+                renewed_from=renewed_from,
+            )
+        except Conflict:  # revoked, or another renewal of this edge won the race
+            current = await self._store.get_edge(edge.id)
+            reason: EdgeAuthReason = "revoked" if current.revoked_at is not None else "certificate_mismatch"
+            raise self._reject(reason, edge.id, what="certificate renewal") from None
+        logger.info(
+            "renewed the certificate of edge %s (environment %s): serial %s, valid until %s; "
+            "the previous one stays accepted until the edge uses the new one",
+            record.id,
+            record.environment_id,
+            record.cert_serial,
+            record.cert_not_after.isoformat(),
+        )
+        return RenewedEdge(
+            edge_id=record.id,
+            environment_id=record.environment_id,
+            certificate_pem=cert.public_bytes(serialization.Encoding.PEM),
+            ca_certificate_pem=self._ca.ca_cert_pem,
+            not_after=record.cert_not_after,
+        )
 
     @staticmethod
-    def _reject(reason: EdgeAuthReason, edge_id: str | None = None) -> EdgeAuthError:
-        logger.warning("tunnel peer refused: %s (edge %s)", reason, edge_id or "unknown")
+    def _refuse_renewal(exc: PopError, edge_id: str | None = None) -> PopError:
+        logger.warning("certificate renewal refused: %s (edge %s)", exc.reason, edge_id or "unknown")
+        return exc
+
+    @staticmethod
+    def _reject(
+        reason: EdgeAuthReason, edge_id: str | None = None, *, what: str = "tunnel peer"
+    ) -> EdgeAuthError:
+        logger.warning("%s refused: %s (edge %s)", what, reason, edge_id or "unknown")
         return EdgeAuthError(reason, edge_id)
 
     # -- edges ----------------------------------------------------------------------------------
@@ -303,6 +433,10 @@ class EnrollmentService:
                 self._listeners.remove(callback)
 
         return remove
+
+
+def _passed(moment: datetime | None, now: datetime) -> bool:
+    return moment is not None and now >= moment
 
 
 def _check_name(name: str) -> None:

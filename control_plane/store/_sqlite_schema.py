@@ -110,6 +110,11 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         ) WITHOUT ROWID
         """,
     ),
+    # 3: certificate renewal: the certificate an edge renewed from stays accepted for a while
+    (
+        "ALTER TABLE edges ADD COLUMN previous_cert_fingerprint TEXT",
+        "ALTER TABLE edges ADD COLUMN previous_cert_not_after INTEGER",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

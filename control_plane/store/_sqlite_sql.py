@@ -70,11 +70,13 @@ MARK_ENROLLMENT_USED = (
 )
 INSERT_EDGE = (
     "INSERT INTO edges"
-    " (id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " (id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at,"
+    " previous_cert_fingerprint, previous_cert_not_after)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _EDGE_SELECT = (
-    "SELECT id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at"
+    "SELECT id, environment_id, name, cert_serial, cert_fingerprint, created_at, cert_not_after, revoked_at,"
+    " previous_cert_fingerprint, previous_cert_not_after"
     " FROM edges"
 )
 GET_EDGE = _EDGE_SELECT + " WHERE id = ?"
@@ -127,7 +129,8 @@ def token_from_row(row: Row) -> EnrollmentTokenRecord:
 
 
 def edge_from_row(row: Row) -> EdgeRecord:
-    id, environment_id, name, serial, fingerprint, created_us, not_after_us, revoked_us = row
+    (id, environment_id, name, serial, fingerprint, created_us, not_after_us, revoked_us,
+     previous_fingerprint, previous_not_after_us) = row  # fmt: skip
     return EdgeRecord(
         id=id,
         environment_id=environment_id,
@@ -137,6 +140,8 @@ def edge_from_row(row: Row) -> EdgeRecord:
         created_at=codec.from_us(created_us),
         cert_not_after=codec.from_us(not_after_us),
         revoked_at=codec.opt_from_us(revoked_us),
+        previous_cert_fingerprint=previous_fingerprint,
+        previous_cert_not_after=codec.opt_from_us(previous_not_after_us),
     )
 
 

@@ -111,6 +111,10 @@ class EdgeRecord:
     created_at: datetime
     cert_not_after: datetime
     revoked_at: datetime | None = None
+    #: The certificate this edge renewed from, still accepted until the edge first authenticates
+    #: with its current one or until it expires (``None``: only the current one is accepted).
+    previous_cert_fingerprint: str | None = None
+    previous_cert_not_after: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +255,36 @@ class Store(Protocol):
 
     async def list_edges(self, environment_id: str | None = None) -> list[EdgeRecord]: ...
 
-    async def revoke_edge(self, edge_id: str, now: datetime) -> EdgeRecord: ...
+    async def revoke_edge(self, edge_id: str, now: datetime) -> EdgeRecord:
+        """Mark the edge revoked (the first revocation stands) and forget its previous certificate.
+        ``NotFound`` if there is no such edge."""
+
+    async def renew_edge_certificate(
+        self,
+        edge_id: str,
+        serial: str,
+        fingerprint: str,
+        not_after: datetime,
+        now: datetime,
+        *,
+        renewed_from: str,
+    ) -> EdgeRecord:
+        """Record a newly issued certificate as the edge's current one, atomically.
+
+        ``renewed_from`` is the fingerprint of the certificate the edge authenticated with to
+        renew: its current one, or its previous one not expired at ``now`` (an edge that lost the
+        answer to its last renewal). That certificate becomes the previous one (with its
+        ``not_after``), so an edge that does not get to save the new certificate can still
+        authenticate with the one it holds; any other previous certificate is forgotten.
+
+        Raises ``NotFound`` for an unknown edge, and ``Conflict`` (writing nothing) if the edge is
+        revoked or ``renewed_from`` is neither its current nor its live previous certificate (a
+        concurrent renewal or a revocation won the race)."""
+
+    async def forget_previous_edge_certificate(self, edge_id: str, current_fingerprint: str) -> EdgeRecord:
+        """Stop accepting the edge's previous certificate, if its current certificate is still
+        ``current_fingerprint`` (so a renewal that happened in between is not undone). Returns the
+        record as it stands; ``NotFound`` if there is no such edge."""
 
     # -- API keys ------------------------------------------------------------------------------
     async def create_api_key(self, record: ApiKeyRecord) -> None: ...

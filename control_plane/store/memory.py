@@ -468,8 +468,62 @@ class MemoryStore:
         record = self._edges.get(edge_id)
         if record is None:
             raise NotFound("edge", edge_id)
-        if record.revoked_at is None:
-            record = self._edges[edge_id] = dataclasses.replace(record, revoked_at=codec.from_us(now_us))
+        record = self._edges[edge_id] = dataclasses.replace(
+            record,
+            revoked_at=record.revoked_at or codec.from_us(now_us),
+            previous_cert_fingerprint=None,
+            previous_cert_not_after=None,
+        )
+        return record
+
+    async def renew_edge_certificate(
+        self,
+        edge_id: str,
+        serial: str,
+        fingerprint: str,
+        not_after: datetime,
+        now: datetime,
+        *,
+        renewed_from: str,
+    ) -> EdgeRecord:
+        self._check_open()
+        not_after_us = codec.to_us(not_after, "not_after")
+        now_us = codec.to_us(now)
+        record = self._edges.get(edge_id)
+        if record is None:
+            raise NotFound("edge", edge_id)
+        if record.revoked_at is not None:
+            raise Conflict(f"edge {edge_id!r} is revoked")
+        previous_live = (
+            record.previous_cert_not_after is not None
+            and codec.to_us(record.previous_cert_not_after) > now_us
+        )
+        if renewed_from == record.cert_fingerprint:
+            from_not_after = record.cert_not_after
+        elif renewed_from == record.previous_cert_fingerprint and previous_live:
+            assert record.previous_cert_not_after is not None
+            from_not_after = record.previous_cert_not_after
+        else:
+            raise Conflict(f"the certificate edge {edge_id!r} renewed from is no longer accepted")
+        record = self._edges[edge_id] = dataclasses.replace(
+            record,
+            cert_serial=serial,
+            cert_fingerprint=fingerprint,
+            cert_not_after=codec.from_us(not_after_us),
+            previous_cert_fingerprint=renewed_from,
+            previous_cert_not_after=from_not_after,
+        )
+        return record
+
+    async def forget_previous_edge_certificate(self, edge_id: str, current_fingerprint: str) -> EdgeRecord:
+        self._check_open()
+        record = self._edges.get(edge_id)
+        if record is None:
+            raise NotFound("edge", edge_id)
+        if record.cert_fingerprint == current_fingerprint and record.previous_cert_fingerprint is not None:
+            record = self._edges[edge_id] = dataclasses.replace(
+                record, previous_cert_fingerprint=None, previous_cert_not_after=None
+            )
         return record
 
     # -- API keys ------------------------------------------------------------------------------

@@ -540,6 +540,8 @@ class SqliteStore:
             codec.to_us(record.created_at, "created_at"),
             codec.to_us(record.cert_not_after, "cert_not_after"),
             codec.opt_to_us(record.revoked_at, "revoked_at"),
+            record.previous_cert_fingerprint,
+            codec.opt_to_us(record.previous_cert_not_after, "previous_cert_not_after"),
         )
 
         def run(conn: sqlite3.Connection) -> None:
@@ -574,7 +576,58 @@ class SqliteStore:
 
         def run(conn: sqlite3.Connection) -> EdgeRecord:
             conn.execute(
-                "UPDATE edges SET revoked_at = ? WHERE id = ? AND revoked_at IS NULL", (now_us, edge_id)
+                "UPDATE edges SET revoked_at = coalesce(revoked_at, ?),"
+                " previous_cert_fingerprint = NULL, previous_cert_not_after = NULL WHERE id = ?",
+                (now_us, edge_id),
+            )
+            row = conn.execute(GET_EDGE, (edge_id,)).fetchone()
+            if row is None:
+                raise NotFound("edge", edge_id)
+            return edge_from_row(row)
+
+        return await self._engine.write(run)
+
+    async def renew_edge_certificate(
+        self,
+        edge_id: str,
+        serial: str,
+        fingerprint: str,
+        not_after: datetime,
+        now: datetime,
+        *,
+        renewed_from: str,
+    ) -> EdgeRecord:
+        not_after_us = codec.to_us(not_after, "not_after")
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> EdgeRecord:
+            row = conn.execute(GET_EDGE, (edge_id,)).fetchone()
+            if row is None:
+                raise NotFound("edge", edge_id)
+            edge = edge_from_row(row)
+            if edge.revoked_at is not None:
+                raise Conflict(f"edge {edge_id!r} is revoked")
+            if renewed_from == edge.cert_fingerprint:
+                from_not_after_us = row[6]
+            elif renewed_from == edge.previous_cert_fingerprint and (row[9] or 0) > now_us:
+                from_not_after_us = row[9]
+            else:
+                raise Conflict(f"the certificate edge {edge_id!r} renewed from is no longer accepted")
+            conn.execute(
+                "UPDATE edges SET cert_serial = ?, cert_fingerprint = ?, cert_not_after = ?,"
+                " previous_cert_fingerprint = ?, previous_cert_not_after = ? WHERE id = ?",
+                (serial, fingerprint, not_after_us, renewed_from, from_not_after_us, edge_id),
+            )
+            return edge_from_row(conn.execute(GET_EDGE, (edge_id,)).fetchone())
+
+        return await self._engine.write(run)
+
+    async def forget_previous_edge_certificate(self, edge_id: str, current_fingerprint: str) -> EdgeRecord:
+        def run(conn: sqlite3.Connection) -> EdgeRecord:
+            conn.execute(
+                "UPDATE edges SET previous_cert_fingerprint = NULL, previous_cert_not_after = NULL"
+                " WHERE id = ? AND cert_fingerprint = ?",
+                (edge_id, current_fingerprint),
             )
             row = conn.execute(GET_EDGE, (edge_id,)).fetchone()
             if row is None:

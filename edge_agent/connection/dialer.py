@@ -117,6 +117,18 @@ class Dialer:
         )
 
     @property
+    def identity(self) -> Identity:
+        """The identity the next connection presents."""
+        return self._identity
+
+    def set_identity(self, identity: Identity) -> None:
+        """Present ``identity`` (a renewed certificate) from the next connection on; a connection
+        that is up stays as it is."""
+        if identity.edge_id != self._identity.edge_id:
+            raise ValueError(f"identity of edge {identity.edge_id}, not {self._identity.edge_id}")
+        self._identity = identity
+
+    @property
     def endpoint_index(self) -> int:
         """Which endpoint the next ``connect`` tries first (0-based)."""
         return self._index

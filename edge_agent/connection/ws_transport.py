@@ -39,7 +39,7 @@ from outpost_wire.channel import grpc_message_limit
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
 from outpost_wire.version import SOFTWARE_VERSION
 
-__all__ = ["WS_TUNNEL_PATH", "WsTransport", "connect_ws", "tunnel_ws_url"]
+__all__ = ["WS_TUNNEL_PATH", "WsTransport", "connect_ws", "tls_client_context", "tunnel_ws_url"]
 
 log = logging.getLogger(__name__)
 
@@ -104,11 +104,7 @@ async def connect_ws(
         audience=audience_for(identity.ca_pem),
         now=time.time() if now is None else now,
     )
-    ssl_context: ssl.SSLContext | None = None
-    if url.startswith("wss://"):
-        ssl_context = ssl.create_default_context()
-        ssl_context.load_verify_locations(cadata=identity.ca_pem.decode("ascii"))
-        _load_client_cert(ssl_context, identity)
+    ssl_context = tls_client_context(identity) if url.startswith("wss://") else None
     via = f" through proxy {proxy.redacted}" if proxy else ""
     try:
         connection = await connect(
@@ -151,6 +147,16 @@ async def connect_ws(
         raise TransportError(f"could not connect to {url}{via}: {exc.strerror or exc}") from None
     log.debug("WebSocket tunnel open to %s%s", url, via)
     return WsTransport(connection)
+
+
+def tls_client_context(identity: Identity) -> ssl.SSLContext:
+    """TLS to the control plane's HTTPS port (the WebSocket tunnel, certificate renewal): the
+    server is verified against the system's trust store plus the control plane's CA, and the edge
+    presents its client certificate when its identity files hold it."""
+    ssl_context = ssl.create_default_context()
+    ssl_context.load_verify_locations(cadata=identity.ca_pem.decode("ascii"))
+    _load_client_cert(ssl_context, identity)
+    return ssl_context
 
 
 def _load_client_cert(ssl_context: ssl.SSLContext, identity: Identity) -> None:

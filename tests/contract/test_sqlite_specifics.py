@@ -68,6 +68,34 @@ async def test_a_version_1_database_is_migrated_in_place(tmp_path: Path) -> None
         await store.close()
 
 
+async def test_edges_of_a_version_2_database_are_migrated_for_renewal(tmp_path: Path) -> None:
+    """Edges enrolled before certificate renewal existed keep their certificate, with no previous one."""
+    path = tmp_path / "outpost.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY)")
+        for migration in MIGRATIONS[:2]:
+            for statement in migration:
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (1), (2)")
+        conn.execute(
+            "INSERT INTO edges VALUES ('e1', 'env_1', 'old', '0a', ?, 0, 1000000, NULL)", ("f" * 64,)
+        )
+    store = SqliteStore(path)
+    try:
+        edge = await store.get_edge("e1")
+        assert (edge.cert_fingerprint, edge.previous_cert_fingerprint, edge.previous_cert_not_after) == (
+            "f" * 64,
+            None,
+            None,
+        )
+        renewed = await store.renew_edge_certificate(
+            "e1", "0b", "e" * 64, edge.cert_not_after, edge.created_at, renewed_from="f" * 64
+        )
+        assert renewed.previous_cert_fingerprint == "f" * 64
+    finally:
+        await store.close()
+
+
 def test_a_newer_schema_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "outpost.db"
     with sqlite3.connect(path) as conn:

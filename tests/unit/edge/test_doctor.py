@@ -233,3 +233,18 @@ def test_upper_case_proxy_only_warns(config: EdgeConfig, probes: FakeProbes) -> 
 )
 def test_tunnel_proxy_rules(host: str, env: dict[str, str], expected: Proxy | None) -> None:
     assert tunnel_proxy(host, env) == expected
+
+
+def test_certificate_overdue_for_renewal_points_at_automatic_renewal(
+    config: EdgeConfig, probes: FakeProbes
+) -> None:
+    # A 60-day certificate renews when a third of it is left: from day 40 on.
+    result = _run(config, probes)["certificate"]
+    assert result.status is Status.OK and "renewed automatically from 2030-02-10" in result.detail
+    probes.current = T0 + timedelta(days=42)  # 18 days left, two days past its renewal: overdue
+    result = _run(config, probes)["certificate"]
+    assert result.status is Status.WARN
+    assert "renews its certificate by itself" in result.fix and "renew-certificate" in result.fix
+    probes.current = T0 + timedelta(days=61)
+    result = _run(config, probes)["certificate"]
+    assert result.status is Status.FAIL and "register this edge again" in result.fix

@@ -9,6 +9,7 @@ import control_plane.api.enroll_routes
 import control_plane.enroll
 import edge_agent.enroll
 import edge_agent.identity
+import edge_agent.renew
 
 
 def test_control_plane_enroll_exports() -> None:
@@ -22,10 +23,12 @@ def test_control_plane_enroll_exports() -> None:
         "EnrolledEdge",
         "EnrollmentService",
         "IssuedToken",
+        "RenewedEdge",
         "RevocationListener",
         "edge_id_from_cert",
         "environment_id_from_cert",
         "hash_token",
+        "renewal_audience",
     }
     for name in control_plane.enroll.__all__:
         assert hasattr(control_plane.enroll, name), name
@@ -44,7 +47,9 @@ def test_edge_exports() -> None:
         "IDENTITY_DIR",
         "Identity",
         "IdentityError",
+        "discard_pending_key",
         "generate_key_and_csr",
+        "write_pending_key",
     }
     assert set(edge_agent.enroll.__all__) == {"EnrollmentError", "normalize_fingerprint", "register"}
 
@@ -52,11 +57,13 @@ def test_edge_exports() -> None:
 def test_uri_prefixes_agree_across_the_split() -> None:
     assert edge_agent.identity.EDGE_URI_PREFIX == control_plane.enroll.EDGE_URI_PREFIX
     assert edge_agent.identity.ENVIRONMENT_URI_PREFIX == control_plane.enroll.ENVIRONMENT_URI_PREFIX
+    assert edge_agent.renew.RENEW_AUDIENCE_PREFIX == control_plane.enroll.service.RENEW_AUDIENCE_PREFIX
+    assert edge_agent.renew.RENEW_PATH == "/v1/edges/renew"
 
 
 def test_edge_modules_import_without_control_plane_or_fastapi() -> None:
     code = (
-        "import sys, edge_agent.enroll, edge_agent.identity\n"
+        "import sys, edge_agent.enroll, edge_agent.identity, edge_agent.renew\n"
         "banned = {'control_plane', 'fastapi', 'anthropic'}\n"
         "bad = sorted(m for m in sys.modules if m.split('.')[0] in banned)\n"
         "assert not bad, bad\n"
