@@ -48,7 +48,14 @@ from control_plane.sessions.networking import egress_of
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
-from control_plane.tunnel import EdgeGateway, EdgeRegistry, GatewayConfig, GrpcTunnelServer, WsTunnelEndpoint
+from control_plane.tunnel import (
+    EdgeGateway,
+    EdgePresence,
+    EdgeRegistry,
+    GatewayConfig,
+    GrpcTunnelServer,
+    WsTunnelEndpoint,
+)
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
 from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
@@ -89,6 +96,7 @@ class ControlPlane:
         )
         self._specs: dict[str, tuple[float, Provision]] = {}
         self.tunnel: GrpcTunnelServer | None = None
+        self.presence: EdgePresence | None = None
         self.bus = EventBus()
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
@@ -156,6 +164,9 @@ class ControlPlane:
         )
         port = await self.tunnel.start()
         self.tunnel_address = cfg.public_tunnel_address or f"{cfg.tunnel_host}:{port}"
+        # Other processes on the store learn which edges' tunnels this one holds (placement).
+        self.presence = EdgePresence(self.store, self.registry, self.id)
+        await self.presence.start()
 
         api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
         if not api_key:
@@ -172,7 +183,7 @@ class ControlPlane:
             metered_model,
             cfg.harness,
             mcp=self.mcp,
-            placement=self._has_local_edge,
+            placement=self._runs_here,
         )
         harness = self.harness
         self.metrics.bind(active_sessions=lambda: len(harness.active_sessions()))
@@ -328,10 +339,20 @@ class ControlPlane:
         self._specs[environment_id] = (now, spec)
         return spec
 
-    async def _has_local_edge(self, environment_id: str) -> bool:
-        """Whether this process should run a session of the environment (``harness.follow_tunnels``):
-        it holds a tunnel to one of the environment's edges, or the environment has no edge at
-        all (nothing to follow: any process may run it)."""
+    async def _runs_here(self, session_id: str, environment_id: str) -> bool:
+        """Whether this process should run the session (``harness.follow_tunnels``: the brain
+        follows the hands' tunnel). It should if it holds the tunnel of the edge with the session's
+        sandbox; it should not if another live process holds that tunnel; otherwise (no sandbox
+        yet, or its edge is connected nowhere) if it holds a tunnel to any edge of the environment,
+        or the environment has no edge at all (nothing to follow: any process may run it)."""
+        assert self.store is not None
+        edge_id = await self.store.get_sandbox_edge(session_id)
+        if edge_id is not None:
+            if self.registry.get(edge_id) is not None:
+                return True
+            holder = await self.store.edge_holder(edge_id, _utcnow())
+            if holder is not None and holder != self.id:
+                return False
         if self.registry.for_environment(environment_id):
             return True
         assert self.store is not None
@@ -356,6 +377,8 @@ class ControlPlane:
             await self.harness.close(grace_s=self.config.drain_grace_s)
         if self.tunnel is not None:
             await self.tunnel.stop(self.config.drain_grace_s)
+        if self.presence is not None:
+            await self.presence.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

@@ -12,10 +12,13 @@ lease (sessions of a harness that died), and keeps sweeping every ``lease_scan_i
 expired leases and for resumable sessions whose lease is free (released by a harness that stopped).
 
 Placement (``placement``, used when ``config.follow_tunnels``): a harness takes a session's lease
-only if ``placement(environment_id)`` says this process may run it (it holds a tunnel to an edge of
-the environment); others are left for the process that does. A held session whose placement has
-been refused for ``tunnel_lost_release_s`` is stopped and its lease released, so that the process
-the edge moved to takes it over on its next sweep.
+only if ``placement(session_id, environment_id)`` says this process may run it (it holds the tunnel
+of the edge with the session's sandbox, or of an edge of the environment); others are left for the
+process that does. A held session whose placement has been refused for ``tunnel_lost_release_s`` is
+stopped and its lease released, so that the process the edge moved to takes it over on its next
+sweep. A process woken for a session it may not run (input sent to whichever process the client
+reached) records a wake request in the store; every process's sweep reads them, and the one that
+may run the session takes it and clears the request.
 
 Lifecycle: ``async with Harness(...)`` (or ``start`` / ``close``). ``close`` cancels the session
 tasks and releases their leases, so another harness can resume them at once; the log makes that
@@ -76,7 +79,7 @@ class Harness:
         holder_id: str | None = None,
         clock: Callable[[], datetime] = _utcnow,
         mcp: McpBackend | None = None,
-        placement: Callable[[str], Awaitable[bool]] | None = None,
+        placement: Callable[[str, str], Awaitable[bool]] | None = None,
         scan_page_size: int = _SCAN_PAGE,
     ) -> None:
         """``mcp``: how the agents' MCP servers are reached (``control_plane.mcp.McpRouter``);
@@ -201,9 +204,14 @@ class Harness:
                 if self._placement is not None:
                     session = await self._read_session(session_id)
                     if session is not None and not await self._placed_here(session):
-                        log.debug("session %s: no local edge of its environment; left", session_id)
+                        # Another process holds the hands' tunnel: leave the session to it, and
+                        # make sure it hears of this wake (its sweep reads the requests).
+                        log.debug("session %s: its edge's tunnel is elsewhere; left", session_id)
+                        await self._ctx.store.request_wake(session_id, self._ctx.clock())
                         return
                     acquired = await slot.keeper.acquire()
+                    if acquired:
+                        await self._ctx.store.clear_wake(session_id)
                 else:
                     # Read the session while the lease is being taken: one round trip fewer
                     # before the first model request (the read needs no lease; appends are fenced).
@@ -243,17 +251,17 @@ class Harness:
         env = session.body.get("environment_id")
         if self._placement is None or not isinstance(env, str) or not env:
             return True
-        return await self._placement(env)
+        return await self._placement(session.id, env)
 
     async def _release_misplaced(self) -> None:
-        """Stop the sessions whose environment has had no edge on this process for
-        ``tunnel_lost_release_s`` (their leases are released: another process takes them)."""
+        """Stop the sessions placement has refused for ``tunnel_lost_release_s`` (their leases are
+        released: another process takes them)."""
         if self._placement is None:
             return
         now = time.monotonic()
         for session_id in list(self.active_sessions()):
             env = self._environments.get(session_id) or await self._environment_of(session_id)
-            if env is None or await self._placement(env):
+            if env is None or await self._placement(session_id, env):
                 self._misplaced_since.pop(session_id, None)
                 continue
             since = self._misplaced_since.setdefault(session_id, now)
@@ -341,12 +349,28 @@ class Harness:
                     break
                 cursor = page.next_cursor
 
+    async def _wake_requested(self) -> None:
+        """Sessions another process was woken for but may not run (``follow_tunnels``): input sent
+        to whichever process the client reached. The placed process takes them (and clears the
+        request); the others leave them again."""
+        if self._placement is None:
+            return
+        for session_id in await self._ctx.store.wake_requests(limit=self._page):
+            if session_id in self._slots:
+                continue
+            session = await self._read_session(session_id)
+            if session is None:
+                await self._ctx.store.clear_wake(session_id)  # deleted meanwhile
+            elif await self._placed_here(session):
+                self._ensure_running(session_id)
+
     async def _sweep_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.lease_scan_interval_s)
             try:
                 await self._wake_expired()
                 await self._wake_released()
+                await self._wake_requested()
                 await self._release_misplaced()
             except Exception as exc:
                 log.warning("harness %s: could not scan for expired leases: %s", self.holder_id, exc)

@@ -115,6 +115,26 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE edges ADD COLUMN previous_cert_fingerprint TEXT",
         "ALTER TABLE edges ADD COLUMN previous_cert_not_after INTEGER",
     ),
+    # 4: which control-plane process holds each edge's tunnel (a record with an expiry, refreshed),
+    # and wake requests for sessions another process must run
+    (
+        """
+        CREATE TABLE edge_presence (
+            edge_id    TEXT PRIMARY KEY,
+            holder     TEXT NOT NULL,
+            expires_at INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        # sessions with work that the process which noticed it may not run (placement): any
+        # process's sweep picks them up
+        """
+        CREATE TABLE session_wakes (
+            session_id   TEXT PRIMARY KEY,
+            requested_at INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX session_wakes_by_time ON session_wakes (requested_at, session_id)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -240,6 +240,29 @@ class Store(Protocol):
         """Record the edge holding the session's sandbox (``None``: forget it). Last write wins:
         only the holder of the session's lease moves its sandbox. Deleting the session forgets it."""
 
+    # -- edge presence (which control-plane process holds each edge's tunnel) -----------------
+    async def hold_edges(self, holder: str, edge_ids: Sequence[str], ttl_s: float, now: datetime) -> None:
+        """Record that the control-plane process ``holder`` holds the tunnels of ``edge_ids`` until
+        ``now + ttl_s`` (it refreshes them while it does). An edge has one tunnel: the last
+        process to record it wins."""
+
+    async def release_edges(self, holder: str, edge_ids: Sequence[str]) -> None:
+        """Forget those of ``edge_ids`` that ``holder`` recorded (their tunnels closed)."""
+
+    async def edge_holder(self, edge_id: str, now: datetime) -> str | None:
+        """The process holding the edge's tunnel, ``None`` if no unexpired record says so."""
+
+    # -- wake requests (work one process noticed and another must run) -------------------------
+    async def request_wake(self, session_id: str, now: datetime) -> None:
+        """Ask whichever process may run the session to wake it (its sweep reads these). Asking
+        again keeps the first request's time."""
+
+    async def wake_requests(self, limit: int = 100) -> list[str]:
+        """Session ids with a wake request, oldest request first."""
+
+    async def clear_wake(self, session_id: str) -> None:
+        """The session is being run: forget its wake request (if any)."""
+
     # -- enrollment and edges -----------------------------------------------------------------
     async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None: ...
 

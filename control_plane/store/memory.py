@@ -113,6 +113,8 @@ class MemoryStore:
         self._event_seqs: dict[str, dict[str, int]] = {}  # session -> event id -> seq
         self._leases: dict[str, _LeaseRow] = {}
         self._sandbox_edges: dict[str, str] = {}
+        self._presence: dict[str, tuple[str, int]] = {}  # edge id -> (holder, expires_us)
+        self._wakes: dict[str, int] = {}  # session id -> requested at (us)
         self._tokens: dict[str, EnrollmentTokenRecord] = {}
         self._token_ids_by_hash: dict[str, str] = {}
         self._edges: dict[str, EdgeRecord] = {}
@@ -279,6 +281,7 @@ class MemoryStore:
             self._event_seqs.pop(id, None)
             self._leases.pop(id, None)
             self._sandbox_edges.pop(id, None)
+            self._wakes.pop(id, None)
 
     # -- the session event log --------------------------------------------------------------
 
@@ -411,6 +414,42 @@ class MemoryStore:
             self._sandbox_edges.pop(session_id, None)
         else:
             self._sandbox_edges[session_id] = edge_id
+
+    # -- edge presence ----------------------------------------------------------------------
+
+    async def hold_edges(self, holder: str, edge_ids: Sequence[str], ttl_s: float, now: datetime) -> None:
+        self._check_open()
+        expires_us = codec.to_us(now + timedelta(seconds=ttl_s))
+        for edge_id in edge_ids:
+            self._presence[edge_id] = (holder, expires_us)
+
+    async def release_edges(self, holder: str, edge_ids: Sequence[str]) -> None:
+        self._check_open()
+        for edge_id in edge_ids:
+            if self._presence.get(edge_id, ("", 0))[0] == holder:
+                del self._presence[edge_id]
+
+    async def edge_holder(self, edge_id: str, now: datetime) -> str | None:
+        self._check_open()
+        record = self._presence.get(edge_id)
+        if record is None or record[1] <= codec.to_us(now):
+            return None
+        return record[0]
+
+    # -- wake requests ----------------------------------------------------------------------
+
+    async def request_wake(self, session_id: str, now: datetime) -> None:
+        self._check_open()
+        self._wakes.setdefault(session_id, codec.to_us(now))
+
+    async def wake_requests(self, limit: int = 100) -> list[str]:
+        self._check_open()
+        codec.check_limit(limit)
+        return [sid for _, sid in sorted((at, sid) for sid, at in self._wakes.items())][:limit]
+
+    async def clear_wake(self, session_id: str) -> None:
+        self._check_open()
+        self._wakes.pop(session_id, None)
 
     # -- enrollment and edges -----------------------------------------------------------------
 

@@ -282,6 +282,7 @@ class SqliteStore:
                 conn.execute("DELETE FROM events WHERE session_id = ?", (id,))
                 conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
                 conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (id,))
+                conn.execute("DELETE FROM session_wakes WHERE session_id = ?", (id,))
 
         await self._engine.write(run)
 
@@ -463,6 +464,76 @@ class SqliteStore:
             return [Lease(s, h, e, codec.from_us(x)) for s, h, e, x in rows]
 
         return await self._engine.read(run)
+
+    # -- edge presence ----------------------------------------------------------------------
+
+    async def hold_edges(self, holder: str, edge_ids: Sequence[str], ttl_s: float, now: datetime) -> None:
+        expires_us = codec.to_us(now + timedelta(seconds=ttl_s))
+        rows = [(edge_id, holder, expires_us) for edge_id in edge_ids]
+        if not rows:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany(
+                "INSERT INTO edge_presence (edge_id, holder, expires_at) VALUES (?, ?, ?)"
+                " ON CONFLICT (edge_id) DO UPDATE SET holder = excluded.holder,"
+                " expires_at = excluded.expires_at",
+                rows,
+            )
+
+        await self._engine.write(run)
+
+    async def release_edges(self, holder: str, edge_ids: Sequence[str]) -> None:
+        rows = [(edge_id, holder) for edge_id in edge_ids]
+        if not rows:
+            return
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.executemany("DELETE FROM edge_presence WHERE edge_id = ? AND holder = ?", rows)
+
+        await self._engine.write(run)
+
+    async def edge_holder(self, edge_id: str, now: datetime) -> str | None:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> str | None:
+            row = conn.execute(
+                "SELECT holder FROM edge_presence WHERE edge_id = ? AND expires_at > ?", (edge_id, now_us)
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._engine.read(run)
+
+    # -- wake requests ----------------------------------------------------------------------
+
+    async def request_wake(self, session_id: str, now: datetime) -> None:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT INTO session_wakes (session_id, requested_at) VALUES (?, ?)"
+                " ON CONFLICT (session_id) DO NOTHING",
+                (session_id, now_us),
+            )
+
+        await self._engine.write(run)
+
+    async def wake_requests(self, limit: int = 100) -> list[str]:
+        codec.check_limit(limit)
+
+        def run(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute(
+                "SELECT session_id FROM session_wakes ORDER BY requested_at, session_id LIMIT ?", (limit,)
+            ).fetchall()
+            return [str(r[0]) for r in rows]
+
+        return await self._engine.read(run)
+
+    async def clear_wake(self, session_id: str) -> None:
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM session_wakes WHERE session_id = ?", (session_id,))
+
+        await self._engine.write(run)
 
     # -- sandbox placement ------------------------------------------------------------------
 

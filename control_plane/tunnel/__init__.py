@@ -6,6 +6,7 @@ from __future__ import annotations
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig, SandboxMove, SandboxPlacements
 from control_plane.tunnel.grpc_server import Authenticator, GrpcTunnelServer
+from control_plane.tunnel.presence import EdgePresence, PresenceStore
 from control_plane.tunnel.registry import EdgeRegistry, EdgeStatus
 from control_plane.tunnel.ws_server import WS_TUNNEL_PATH, WsTunnelEndpoint
 
@@ -14,10 +15,12 @@ __all__ = [
     "Authenticator",
     "EdgeConnection",
     "EdgeGateway",
+    "EdgePresence",
     "EdgeRegistry",
     "EdgeStatus",
     "GatewayConfig",
     "GrpcTunnelServer",
+    "PresenceStore",
     "SandboxMove",
     "SandboxPlacements",
     "WsTunnelEndpoint",

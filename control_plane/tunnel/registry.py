@@ -55,6 +55,7 @@ class EdgeRegistry:
         self._connected_at: dict[str, float] = {}
         self._pending: dict[str, _Pending] = {}
         self._changed = asyncio.Condition()
+        self.generation = 0  # counts edges connecting and disconnecting (see ``wait_changed``)
         self._drain: tuple[str, int] | None = None  # (reason, grace_ms) once draining
 
     # -- draining -----------------------------------------------------------------------------
@@ -107,6 +108,8 @@ class EdgeRegistry:
         self._notify()
 
     def _notify(self) -> None:
+        self.generation += 1
+
         async def notify() -> None:
             async with self._changed:
                 self._changed.notify_all()
@@ -149,6 +152,15 @@ class EdgeRegistry:
         except TimeoutError:
             return None
         return self.get(edge_id)
+
+    async def wait_changed(self, seen: int, timeout_s: float) -> None:
+        """Return once ``generation`` differs from ``seen`` (an edge connected or disconnected since
+        the caller looked), or after ``timeout_s``."""
+        try:
+            async with asyncio.timeout(timeout_s), self._changed:
+                await self._changed.wait_for(lambda: self.generation != seen)
+        except TimeoutError:
+            return
 
     async def wait_for_environment(self, environment_id: str, timeout_s: float) -> list[EdgeConnection]:
         try:

@@ -23,6 +23,7 @@ from harness_support import (
     create_session,
     idle_count,
     send_message,
+    settle,
     types,
     utcnow,
     wait_for,
@@ -97,9 +98,9 @@ async def test_a_session_whose_edge_left_is_released_and_taken_over_where_the_ed
     config = HarnessConfig(**FAST, follow_tunnels=True, tunnel_lost_release_s=release_s)
     edge_on = {"a"}  # which harness's process holds a tunnel to an edge of ENV
 
-    def placement(name: str) -> Callable[[str], Awaitable[bool]]:
-        async def here(environment_id: str) -> bool:
-            assert environment_id == ENV
+    def placement(name: str) -> Callable[[str, str], Awaitable[bool]]:
+        async def here(session_id: str, environment_id: str) -> bool:
+            assert session_id.startswith("sesn_") and environment_id == ENV
             return name in edge_on
 
         return here
@@ -141,7 +142,7 @@ async def test_a_session_whose_edge_left_is_released_and_taken_over_where_the_ed
 
         await wait_for(moved_to_b, 10, "B to take the lease over")
         assert time.monotonic() - lost >= release_s
-        assert session_id not in harness_a.active_sessions()
+        await settle(harness_a, session_id)  # A only looks at the session now, and leaves it
         gateway.gate.set()  # the sandbox finishes the call; B's repeat of it joins the same run
         events = await wait_for_events(store_b, session_id, lambda es: idle_count(es) == 1, timeout_s=10)
         await harness_a.close()
@@ -157,3 +158,63 @@ async def test_a_session_whose_edge_left_is_released_and_taken_over_where_the_ed
     assert gateway.runs == {tool_uses[0].id: 1}
     assert gateway.calls[tool_uses[0].id] == 2  # sent by A, again by B with the same key
     assert requests == 2
+
+
+async def test_input_sent_to_a_process_that_may_not_run_the_session_reaches_the_one_that_may(
+    db: Path,
+) -> None:
+    """Behind a load balancer, a user message can land on any process. B (no tunnel to the
+    session's edge) is woken for it, leaves the session and records a wake request; A's sweep
+    finds the request, runs the turn and clears it."""
+    config = HarnessConfig(**FAST, follow_tunnels=True)
+
+    def placement(placed: bool) -> Callable[[str, str], Awaitable[bool]]:
+        async def here(session_id: str, environment_id: str) -> bool:
+            return placed
+
+        return here
+
+    store_a, store_b = SqliteStore(db), SqliteStore(db)
+    async with LocalModelServer(Script([Turn.text("Hello from the right process.")])) as server:
+        model = AnthropicModelClient(base_url=server.base_url, api_key="k")
+        harness_a = Harness(
+            store_a,
+            FakeGateway(),
+            EventBus(),
+            model,
+            config,
+            holder_id="harness_a",
+            placement=placement(True),
+        )
+        harness_b = Harness(
+            store_b,
+            FakeGateway(),
+            EventBus(),
+            model,
+            config,
+            holder_id="harness_b",
+            placement=placement(False),
+        )
+        await harness_a.start()
+        await harness_b.start()
+        session_id = await create_session(store_b)
+        await send_message(store_b, session_id, "Hello?")
+        await harness_b.wake(session_id)  # the API of the process the client reached wakes its harness
+
+        async def requested() -> bool:
+            return await store_b.wake_requests() == [session_id]
+
+        await wait_for(requested, 5, "B's wake request")
+        events = await wait_for_events(store_a, session_id, lambda es: idle_count(es) == 1, timeout_s=10)
+        await settle(harness_a, session_id)
+        assert await store_a.wake_requests() == []  # A took the session and cleared the request
+        assert session_id not in harness_b.active_sessions()
+        await harness_a.close()
+        await harness_b.close()
+        await model.close()
+    await store_a.close()
+    await store_b.close()
+    assert types(events)[-1] == ev.SESSION_STATUS_IDLE
+    assert [e.payload["content"][0]["text"] for e in events if e.type == ev.AGENT_MESSAGE] == [
+        "Hello from the right process."
+    ]

@@ -1,0 +1,60 @@
+"""Contract: edge presence (which control-plane process holds each edge's tunnel, with an expiry) and
+wake requests (work one process noticed and another must run)."""
+
+from __future__ import annotations
+
+from control_plane.store import Store
+
+from ._support import at
+
+
+async def test_no_holder_until_one_is_recorded(store: Store) -> None:
+    assert await store.edge_holder("edge_a", at(0)) is None
+
+
+async def test_a_record_holds_until_it_expires_and_refreshing_extends_it(store: Store) -> None:
+    await store.hold_edges("cp_1", ["edge_a", "edge_b"], 15, at(0))
+    assert await store.edge_holder("edge_a", at(14.999)) == "cp_1"
+    assert await store.edge_holder("edge_b", at(0)) == "cp_1"
+    assert await store.edge_holder("edge_a", at(15)) is None  # expired: the process is gone
+    await store.hold_edges("cp_1", ["edge_a"], 15, at(10))
+    assert await store.edge_holder("edge_a", at(20)) == "cp_1"
+    assert await store.edge_holder("edge_b", at(20)) is None
+
+
+async def test_the_last_process_to_record_an_edge_holds_it(store: Store) -> None:
+    await store.hold_edges("cp_1", ["edge_a"], 15, at(0))
+    await store.hold_edges("cp_2", ["edge_a"], 15, at(1))  # the edge moved
+    assert await store.edge_holder("edge_a", at(2)) == "cp_2"
+    await store.release_edges("cp_1", ["edge_a"])  # the old process's late release changes nothing
+    assert await store.edge_holder("edge_a", at(2)) == "cp_2"
+    await store.release_edges("cp_2", ["edge_a", "edge_unknown"])
+    assert await store.edge_holder("edge_a", at(2)) is None
+
+
+async def test_empty_batches_are_fine(store: Store) -> None:
+    await store.hold_edges("cp_1", [], 15, at(0))
+    await store.release_edges("cp_1", [])
+    assert await store.edge_holder("edge_a", at(0)) is None
+
+
+# -- wake requests ------------------------------------------------------------------------------
+
+
+async def test_wake_requests_oldest_first_and_cleared(store: Store) -> None:
+    assert await store.wake_requests() == []
+    await store.request_wake("s2", at(2))
+    await store.request_wake("s1", at(1))
+    await store.request_wake("s2", at(5))  # asking again keeps its place
+    assert await store.wake_requests() == ["s1", "s2"]
+    assert await store.wake_requests(limit=1) == ["s1"]
+    await store.clear_wake("s1")
+    await store.clear_wake("s_unknown")
+    assert await store.wake_requests() == ["s2"]
+
+
+async def test_deleting_a_session_drops_its_wake_request(store: Store) -> None:
+    await store.create_resource("session", "s1", {}, at(0))
+    await store.request_wake("s1", at(1))
+    await store.delete_resource("session", "s1")
+    assert await store.wake_requests() == []
