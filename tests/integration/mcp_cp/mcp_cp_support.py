@@ -54,6 +54,7 @@ class FakeMcpGateway:
         self.down: set[str] = set()
         self.deny: dict[str, str] = {}
         self.draining = False  # as a control plane shutting down: calls refused, retryable
+        self.refused: Counter[str] = Counter()  # calls refused while draining, by key
         self.runs: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()
         self.gate = asyncio.Event()
@@ -118,6 +119,7 @@ class FakeMcpGateway:
     ) -> ToolResult:
         self.calls[idempotency_key] += 1
         if self.draining:
+            self.refused[idempotency_key] += 1
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if server not in self.servers:
             raise EdgeUnavailable(f"no connected edge fronts MCP server {server!r}")

@@ -367,6 +367,7 @@ async def test_a_draining_control_plane_leaves_the_mcp_call_to_the_next_one(
                 return sum(gateway.calls.values()) >= 1 and session_id not in first.harness.active_sessions()
 
             await wait_for(refused_and_stopped, what="the refused call and a quiet stop")
+            await first.close()  # as ControlPlane.close does after draining the gateway
             events = await store.get_events(session_id)
             assert only(events, ev.AGENT_MCP_TOOL_USE) and not only(events, ev.AGENT_MCP_TOOL_RESULT)
             # The only error is the unreachable "broken" server's, reported when tools were listed.
@@ -374,7 +375,6 @@ async def test_a_draining_control_plane_leaves_the_mcp_call_to_the_next_one(
                 "broken"
             ]
             assert await store.get_lease(session_id) is None  # released for the next process
-            await first.close()
             gateway.draining = False
             second = await Rig(store, gateway, model_server).start()
             events = await wait_for_events(store, session_id, lambda es: idle_count(es) == 1)
@@ -385,4 +385,5 @@ async def test_a_draining_control_plane_leaves_the_mcp_call_to_the_next_one(
     (use,) = only(events, ev.AGENT_MCP_TOOL_USE)
     (result,) = only(events, ev.AGENT_MCP_TOOL_RESULT)
     assert result.payload["mcp_tool_use_id"] == use.id and result.payload["outcome"] == "ok"
-    assert gateway.calls[use.id] == 2 and gateway.runs == {use.id: 1}
+    assert gateway.refused[use.id] >= 1 and gateway.calls[use.id] == gateway.refused[use.id] + 1
+    assert gateway.runs == {use.id: 1}
