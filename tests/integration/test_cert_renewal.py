@@ -11,10 +11,9 @@ the identity under a live tunnel without dropping it; refusals (revoked edge, ba
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ssl
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ import pytest
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.server import ControlPlane
-from edge_agent.config import ConnectionConfig
-from edge_agent.connection import Dialer, Link, TransportError
+from edge_agent.connection import TransportError
 from edge_agent.enroll import register
 from edge_agent.identity import Identity, generate_key_and_csr, write_pending_key
 from edge_agent.renew import (
@@ -37,50 +35,13 @@ from edge_agent.renew import (
     renew_certificate,
 )
 from outpost_wire.errors import ErrorCode
-from outpost_wire.frames import PROTOCOL_VERSION, Execute, Failure, Hello, Outcome, Request
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from outpost_wire.results import ToolResult
-from outpost_wire.session import SessionConfig
+from tests.integration.edge_link import api_fixture as api_fixture
+from tests.integration.edge_link import cp_fixture as cp_fixture
+from tests.integration.edge_link import make_dialer, running_link
+from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 
-PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy")
-
-
-class FakeHandler:
-    async def handle(self, request: Request) -> Outcome:
-        if isinstance(request.op, Execute):
-            return ToolResult.text(f"fake {request.op.tool} ran")
-        return Failure(ErrorCode.INVALID_REQUEST, "fake handler: only Execute")
-
-    def cancel(self, request_id: str) -> bool:
-        return False
-
-
-@pytest.fixture(autouse=True)
-def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-async def cp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ControlPlane]:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
-    config = ControlPlaneConfig(
-        data_dir=tmp_path / "cp",
-        http_port=0,
-        tunnel_port=0,
-        heartbeat_interval_s=0.5,
-        heartbeat_timeout_s=3.0,
-        drain_grace_s=0.5,
-    )
-    async with ControlPlane(config) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture
-async def api(cp: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
-    headers = {"authorization": f"Bearer {cp.admin_key()}"}
-    async with httpx.AsyncClient(base_url=cp.http_url, headers=headers, timeout=30) as client:
-        yield client
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
 
 @pytest.fixture
@@ -98,61 +59,10 @@ async def identity(cp: ControlPlane, api: httpx.AsyncClient, tmp_path: Path) -> 
     )
 
 
-def make_dialer(identity: Identity, state_dir: Path, transport: str) -> Dialer:
-    return Dialer(
-        identity=identity,
-        config=ConnectionConfig(
-            transport=transport,  # type: ignore[arg-type]
-            heartbeat_interval_s=0.5,
-            heartbeat_timeout_s=3.0,
-            backoff_initial_s=0.05,
-            backoff_max_s=0.2,
-            connect_timeout_s=5.0,
-        ),
-        tunnel_address=identity.tunnel_address,
-        control_plane_url=identity.control_plane_url,
-        state_dir=state_dir,
-        max_frame_bytes=SessionConfig().max_frame_bytes,
-    )
-
-
-@contextlib.asynccontextmanager
-async def running_link(identity: Identity, dialer: Dialer) -> AsyncIterator[Link]:
-    def hello() -> Hello:
-        return Hello(
-            edge_id=identity.edge_id,
-            software_version="test",
-            protocol_version=PROTOCOL_VERSION,
-            capabilities=("tool:bash",),
-            policy_digest="sha256:test",
-            sandbox_capacity=1,
-            sandboxes_in_use=0,
-            environment_id=identity.environment_id,
-        )
-
-    config = dialer._config
-    link = Link(
-        connect=dialer.connect,
-        hello=hello,
-        handler=FakeHandler(),
-        config=config,
-        session_config=SessionConfig(
-            heartbeat_interval_s=config.heartbeat_interval_s, heartbeat_timeout_s=config.heartbeat_timeout_s
-        ),
-    )
-    task = asyncio.create_task(link.run())
-    try:
-        yield link
-    finally:
-        await link.drain(0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-
-
 async def connects(identity: Identity, state_dir: Path, transport: str, cp: ControlPlane) -> None:
     """The edge gets a tunnel up over ``transport`` with this identity."""
     dialer = make_dialer(identity, state_dir, transport)
-    async with running_link(identity, dialer) as link:
+    async with running_link(identity, dialer, sandbox_capacity=1) as link:
         await asyncio.wait_for(link.connected.wait(), 15)
         conn = cp.registry.get(identity.edge_id)
         assert conn is not None and conn.peer.startswith("ws:" if transport == "websocket" else "ipv4:")
@@ -292,7 +202,7 @@ async def test_renewal_task_swaps_the_identity_without_dropping_the_tunnel(
 ) -> None:
     state_dir = tmp_path / "edge"
     dialer = make_dialer(identity, state_dir, "grpc")
-    async with running_link(identity, dialer) as link:
+    async with running_link(identity, dialer, sandbox_capacity=1) as link:
         await asyncio.wait_for(link.connected.wait(), 15)
         conn = cp.registry.get(identity.edge_id)
         clock = [identity.not_after - timedelta(days=1)]  # the certificate is due

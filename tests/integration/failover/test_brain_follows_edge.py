@@ -19,18 +19,20 @@ from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
 from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
-from edge_agent.config import ConnectionConfig
 from edge_agent.connection import Dialer
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
-from outpost_wire.session import SessionConfig
-from tests.integration.failover.test_drain_redirect import (
-    PROXY_VARS,
-    GatedHandler,
-    connected_edges,
+from tests.integration.edge_link import (
+    api_client,
+    control_plane_config,
     eventually,
+    make_dialer,
     running_link,
 )
+from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.integration.failover.test_drain_redirect import connected_edges
+
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
 
 class Named:
@@ -45,29 +47,16 @@ class Named:
         return Turn.text(f"answered by {self.name}")
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-
-def api(cp: ControlPlane) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=cp.http_url, headers={"authorization": f"Bearer {cp.admin_key()}"}, timeout=30
-    )
-
-
 def dialer_to(cp: ControlPlane, identity: Identity, state_dir: Path) -> Dialer:
-    return Dialer(
-        identity=identity,
-        config=ConnectionConfig(
-            transport="grpc", heartbeat_interval_s=0.5, heartbeat_timeout_s=3.0, backoff_initial_s=0.2
-        ),
+    return make_dialer(
+        identity,
+        state_dir,
+        "grpc",
         tunnel_address=cp.tunnel_address,
         control_plane_url=cp.http_url,
-        more_endpoints=[],
-        state_dir=state_dir,
-        max_frame_bytes=SessionConfig().max_frame_bytes,
+        backoff_initial_s=0.2,
+        backoff_max_s=60.0,
+        connect_timeout_s=10.0,
     )
 
 
@@ -81,20 +70,17 @@ async def test_each_session_runs_where_its_sandbox_edge_is_connected(
         server_b = await stack.enter_async_context(LocalModelServer(model_b))
 
         def config(model_url: str) -> ControlPlaneConfig:
-            return ControlPlaneConfig(
-                data_dir=tmp_path / "cp",  # shared: one store, one CA, one admin key
-                http_port=0,
-                tunnel_port=0,
-                heartbeat_interval_s=0.5,
-                heartbeat_timeout_s=3.0,
+            return control_plane_config(  # the same data_dir: one store, one CA, one admin key
+                tmp_path,
+                drain_grace_s=30.0,
                 model_base_url=model_url,
                 harness=HarnessConfig(follow_tunnels=True, lease_scan_interval_s=0.2, lease_ttl_s=3),
             )
 
         a = await stack.enter_async_context(ControlPlane(config(server_a.base_url)))
         b = await stack.enter_async_context(ControlPlane(config(server_b.base_url)))
-        http_a = await stack.enter_async_context(api(a))
-        http_b = await stack.enter_async_context(api(b))
+        http_a = await stack.enter_async_context(api_client(a))
+        http_b = await stack.enter_async_context(api_client(b))
 
         r = await http_a.post("/v1/environments", json={"name": "split", "config": {"type": "self_hosted"}})
         environment = r.json()["id"]
@@ -112,12 +98,8 @@ async def test_each_session_runs_where_its_sandbox_edge_is_connected(
                 )
             )
         edge1, edge2 = identities
-        await stack.enter_async_context(
-            running_link(edge1, dialer_to(a, edge1, tmp_path / "edge1"), GatedHandler())
-        )
-        await stack.enter_async_context(
-            running_link(edge2, dialer_to(b, edge2, tmp_path / "edge2"), GatedHandler())
-        )
+        await stack.enter_async_context(running_link(edge1, dialer_to(a, edge1, tmp_path / "edge1")))
+        await stack.enter_async_context(running_link(edge2, dialer_to(b, edge2, tmp_path / "edge2")))
 
         async def split() -> bool:
             return await connected_edges(a) == [edge1.edge_id] and await connected_edges(b) == [edge2.edge_id]

@@ -9,64 +9,33 @@ and the edge's real ``Dialer`` + ``Link`` (both addresses, A first) with a fake 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
 from control_plane.server import ControlPlane
-from edge_agent.config import ConnectionConfig
-from edge_agent.connection import Dialer, Link
+from edge_agent.connection import Dialer
 from edge_agent.connection.dialer import Endpoint
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
-from outpost_wire.errors import ErrorCode
-from outpost_wire.frames import PROTOCOL_VERSION, Execute, Failure, Hello, Outcome, Request
-from outpost_wire.results import ToolResult
-from outpost_wire.session import SessionConfig
+from tests.integration.edge_link import (
+    FakeHandler,
+    api_client,
+    control_plane_config,
+    eventually,
+    make_dialer,
+    running_link,
+)
+from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 
-PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy")
 MOVE_WITHIN_S = 3.0  # far below drain_grace_s: the edge must not wait for A to close its tunnel
 
-
-async def eventually(predicate: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
-class GatedHandler:
-    """Answers every Execute with a text result, once ``release`` is set."""
-
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.release.set()
-        self.started = asyncio.Event()
-
-    async def handle(self, request: Request) -> Outcome:
-        self.started.set()
-        await self.release.wait()
-        if isinstance(request.op, Execute):
-            return ToolResult.text(f"fake {request.op.tool} ran")
-        return Failure(ErrorCode.INVALID_REQUEST, "fake handler: only Execute")
-
-    def cancel(self, request_id: str) -> bool:
-        return False
-
-
-@pytest.fixture(autouse=True)
-def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
 
 @pytest.fixture
@@ -76,12 +45,8 @@ async def pair(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
 
     def config() -> ControlPlaneConfig:
-        return ControlPlaneConfig(
-            data_dir=tmp_path / "cp",  # shared: one store, one CA, one admin key
-            http_port=0,
-            tunnel_port=0,
-            heartbeat_interval_s=0.5,
-            heartbeat_timeout_s=3.0,
+        return control_plane_config(  # the same data_dir: one store, one CA, one admin key
+            tmp_path,
             drain_grace_s=30.0,
             harness=HarnessConfig(follow_tunnels=True, lease_scan_interval_s=0.2),
         )
@@ -90,14 +55,8 @@ async def pair(
         yield a, b
 
 
-def _api(cp: ControlPlane) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        base_url=cp.http_url, headers={"authorization": f"Bearer {cp.admin_key()}"}, timeout=30
-    )
-
-
 async def connected_edges(cp: ControlPlane) -> list[str]:
-    async with _api(cp) as api:
+    async with api_client(cp) as api:
         r = await api.get("/v1/connected_edges")
     assert r.status_code == 200, r.text
     return [e["edge_id"] for e in r.json()["data"]]
@@ -106,7 +65,7 @@ async def connected_edges(cp: ControlPlane) -> list[str]:
 @pytest.fixture
 async def enrolled(pair: tuple[ControlPlane, ControlPlane], tmp_path: Path) -> tuple[str, Identity]:
     a, _ = pair
-    async with _api(a) as api:
+    async with api_client(a) as api:
         r = await api.post("/v1/environments", json={"name": "drain", "config": {"type": "self_hosted"}})
         assert r.status_code == 200, r.text
         environment = str(r.json()["id"])
@@ -122,59 +81,19 @@ async def enrolled(pair: tuple[ControlPlane, ControlPlane], tmp_path: Path) -> t
     return environment, identity
 
 
-def make_dialer(
+def dialer_a_then_b(
     identity: Identity, tmp_path: Path, transport: str, a: ControlPlane, b: ControlPlane
 ) -> Dialer:
-    return Dialer(
-        identity=identity,
-        config=ConnectionConfig(
-            transport=transport,  # type: ignore[arg-type]
-            heartbeat_interval_s=0.5,
-            heartbeat_timeout_s=3.0,
-            backoff_initial_s=2.0,  # a drain must not wait for a backoff: this would show
-            backoff_max_s=4.0,
-            connect_timeout_s=5.0,
-        ),
+    return make_dialer(
+        identity,
+        tmp_path / "edge",
+        transport,
         tunnel_address=a.tunnel_address,
         control_plane_url=a.http_url,
         more_endpoints=[Endpoint(b.tunnel_address, b.http_url)],
-        state_dir=tmp_path / "edge",
-        max_frame_bytes=SessionConfig().max_frame_bytes,
+        backoff_initial_s=2.0,  # a drain must not wait for a backoff: this would show
+        backoff_max_s=4.0,
     )
-
-
-@contextlib.asynccontextmanager
-async def running_link(identity: Identity, dialer: Dialer, handler: GatedHandler) -> AsyncIterator[Link]:
-    def hello() -> Hello:
-        return Hello(
-            edge_id=identity.edge_id,
-            software_version="test",
-            protocol_version=PROTOCOL_VERSION,
-            capabilities=("tool:bash",),
-            policy_digest="sha256:test",
-            sandbox_capacity=2,
-            sandboxes_in_use=0,
-            environment_id=identity.environment_id,
-        )
-
-    config = dialer._config
-    link = Link(
-        connect=dialer.connect,
-        hello=hello,
-        handler=handler,
-        config=config,
-        on_peer_drain=dialer.rotate,
-        session_config=SessionConfig(
-            heartbeat_interval_s=config.heartbeat_interval_s, heartbeat_timeout_s=config.heartbeat_timeout_s
-        ),
-    )
-    task = asyncio.create_task(link.run())
-    try:
-        yield link
-    finally:
-        await link.drain(0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 def start_draining(cp: ControlPlane) -> None:
@@ -195,9 +114,9 @@ async def test_an_edge_connecting_to_a_draining_control_plane_moves_on_at_once(
     a, b = pair
     environment, identity = enrolled
     start_draining(a)
-    dialer = make_dialer(identity, tmp_path, transport, a, b)
+    dialer = dialer_a_then_b(identity, tmp_path, transport, a, b)
     started = time.monotonic()
-    async with running_link(identity, dialer, GatedHandler()) as link:
+    async with running_link(identity, dialer) as link:
         await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
         elapsed = time.monotonic() - started
         assert dialer.endpoint_index == 1
@@ -218,8 +137,8 @@ async def test_a_connected_idle_edge_leaves_a_control_plane_that_starts_draining
 ) -> None:
     a, b = pair
     _, identity = enrolled
-    dialer = make_dialer(identity, tmp_path, "grpc", a, b)
-    async with running_link(identity, dialer, GatedHandler()) as link:
+    dialer = dialer_a_then_b(identity, tmp_path, "grpc", a, b)
+    async with running_link(identity, dialer) as link:
         await asyncio.wait_for(link.connected.wait(), 15)
         assert await connected_edges(a) == [identity.edge_id]
         start_draining(a)  # A would close the tunnel only after drain_grace_s (30 s)
@@ -233,10 +152,10 @@ async def test_an_edge_answers_its_call_in_flight_before_it_leaves_a_draining_co
 ) -> None:
     a, b = pair
     environment, identity = enrolled
-    handler = GatedHandler()
+    handler = FakeHandler()
     handler.release.clear()
-    dialer = make_dialer(identity, tmp_path, "grpc", a, b)
-    async with running_link(identity, dialer, handler) as link, _api(a) as api:
+    dialer = dialer_a_then_b(identity, tmp_path, "grpc", a, b)
+    async with running_link(identity, dialer, handler) as link, api_client(a) as api:
         await asyncio.wait_for(link.connected.wait(), 15)
         body: dict[str, Any] = {
             "environment_id": environment,

@@ -28,34 +28,22 @@ from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import EnrollmentError, register
 from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from tests.integration.tunnel_ws.test_ws_tunnel import (
-    PROXY_VARS,
-    _self_signed_edge_cert,
-    connected_edges,
+from tests.integration.edge_link import (
+    api_client,
+    eventually,
     make_dialer,
+    running_control_plane,
     running_link,
 )
+from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.integration.tunnel_ws.test_ws_tunnel import _self_signed_edge_cert, connected_edges
 
-
-@pytest.fixture(autouse=True)
-def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
 
 @pytest.fixture
 async def cp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ControlPlane]:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
-    config = ControlPlaneConfig(
-        data_dir=tmp_path / "cp",
-        http_port=0,
-        tunnel_port=0,
-        http_tls=True,
-        heartbeat_interval_s=0.5,
-        heartbeat_timeout_s=3.0,
-        drain_grace_s=0.5,
-    )
-    async with ControlPlane(config) as control_plane:
+    async with running_control_plane(tmp_path, monkeypatch, http_tls=True) as control_plane:
         yield control_plane
 
 
@@ -77,9 +65,8 @@ def presenting(cp: ControlPlane, cert_pem: bytes, key_pem: bytes, tmp_path: Path
 @pytest.fixture
 async def api(cp: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
     """An API client without a client certificate: the API key is its credential, as before."""
-    headers = {"authorization": f"Bearer {cp.admin_key()}"}
-    async with httpx.AsyncClient(base_url=cp.http_url, headers=headers, timeout=30, verify=trusting(cp)) as c:
-        yield c
+    async with api_client(cp, verify=trusting(cp)) as client:
+        yield client
 
 
 @pytest.fixture
@@ -160,10 +147,7 @@ async def test_https_api_register_and_wss_tunnel_with_mtls(
         async def gone() -> bool:
             return not link.connected.is_set() and not await connected_edges(api)
 
-        deadline = time.monotonic() + 15
-        while not await gone():
-            assert time.monotonic() < deadline, "the revoked edge stayed connected"
-            await asyncio.sleep(0.05)
+        await eventually(gone, 15, "the revoked edge to be disconnected", interval_s=0.05)
 
 
 async def test_the_client_certificate_authenticates_the_websocket(

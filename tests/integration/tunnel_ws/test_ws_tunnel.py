@@ -6,10 +6,8 @@ only the API's port and requires Basic auth, so gRPC cannot pass and WebSocket c
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,73 +21,20 @@ from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from control_plane.config import ControlPlaneConfig
 from control_plane.server import ControlPlane
-from edge_agent.config import ConnectionConfig
-from edge_agent.connection import Dialer, Link, TransportError, TransportKind
+from edge_agent.connection import TransportError, TransportKind
 from edge_agent.connection.selection import CHOICE_FILE
 from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import register
 from edge_agent.identity import EDGE_URI_PREFIX, ENVIRONMENT_URI_PREFIX, Identity
-from outpost_wire.errors import ErrorCode
-from outpost_wire.frames import PROTOCOL_VERSION, Execute, Failure, Hello, Outcome, Request
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from outpost_wire.results import ToolResult
-from outpost_wire.session import SessionConfig
+from tests.integration.edge_link import api_fixture as api_fixture
+from tests.integration.edge_link import cp_fixture as cp_fixture
+from tests.integration.edge_link import eventually, make_dialer, running_link
+from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.integration.tunnel_ws._connect_proxy import ConnectProxy
 
-PROXY_VARS = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "no_proxy", "NO_PROXY", "all_proxy")
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], timeout_s: float = 15.0, what: str = ""
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-class FakeHandler:
-    """Answers every Execute with a text result naming the tool."""
-
-    async def handle(self, request: Request) -> Outcome:
-        if isinstance(request.op, Execute):
-            return ToolResult.text(f"fake {request.op.tool} ran")
-        return Failure(ErrorCode.INVALID_REQUEST, "fake handler: only Execute")
-
-    def cancel(self, request_id: str) -> bool:
-        return False
-
-
-@pytest.fixture(autouse=True)
-def _no_ambient_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in PROXY_VARS:
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-async def cp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[ControlPlane]:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
-    config = ControlPlaneConfig(
-        data_dir=tmp_path / "cp",
-        http_port=0,
-        tunnel_port=0,
-        heartbeat_interval_s=0.5,
-        heartbeat_timeout_s=3.0,
-        drain_grace_s=0.5,
-    )
-    async with ControlPlane(config) as control_plane:
-        yield control_plane
-
-
-@pytest.fixture
-async def api(cp: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
-    headers = {"authorization": f"Bearer {cp.admin_key()}"}
-    async with httpx.AsyncClient(base_url=cp.http_url, headers=headers, timeout=30) as client:
-        yield client
+pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
 
 @pytest.fixture
@@ -106,62 +51,6 @@ async def identity(cp: ControlPlane, api: httpx.AsyncClient, environment: str, t
     return await register(
         cp.http_url, token["token"], tmp_path / "edge", name="ws-edge", ca_fingerprint=token["ca_fingerprint"]
     )
-
-
-def connection_config(transport: str) -> ConnectionConfig:
-    return ConnectionConfig(
-        transport=transport,  # type: ignore[arg-type]
-        heartbeat_interval_s=0.5,
-        heartbeat_timeout_s=3.0,
-        backoff_initial_s=0.05,
-        backoff_max_s=0.2,
-        connect_timeout_s=5.0,
-        auto_grpc_connect_timeout_s=1.0,
-    )
-
-
-def make_dialer(identity: Identity, state_dir: Path, transport: str) -> Dialer:
-    return Dialer(
-        identity=identity,
-        config=connection_config(transport),
-        tunnel_address=identity.tunnel_address,
-        control_plane_url=identity.control_plane_url,
-        state_dir=state_dir,
-        max_frame_bytes=SessionConfig().max_frame_bytes,
-    )
-
-
-@contextlib.asynccontextmanager
-async def running_link(identity: Identity, dialer: Dialer) -> AsyncIterator[Link]:
-    def hello() -> Hello:
-        return Hello(
-            edge_id=identity.edge_id,
-            software_version="test",
-            protocol_version=PROTOCOL_VERSION,
-            capabilities=("tool:bash",),
-            policy_digest="sha256:test",
-            sandbox_capacity=2,
-            sandboxes_in_use=0,
-            environment_id=identity.environment_id,
-        )
-
-    config = dialer._config
-    link = Link(
-        connect=dialer.connect,
-        hello=hello,
-        handler=FakeHandler(),
-        config=config,
-        session_config=SessionConfig(
-            heartbeat_interval_s=config.heartbeat_interval_s, heartbeat_timeout_s=config.heartbeat_timeout_s
-        ),
-    )
-    task = asyncio.create_task(link.run())
-    try:
-        yield link
-    finally:
-        await link.drain(0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def connected_edges(api: httpx.AsyncClient) -> list[dict[str, Any]]:
@@ -195,7 +84,9 @@ async def test_websocket_transport_connects_serves_and_is_cut_on_revoke(
         conn = cp.registry.get(identity.edge_id)
         assert conn is not None
         started = time.monotonic()
-        await eventually(lambda: _true_after(started, 3.5), what="the heartbeat timeout to pass")
+        await eventually(
+            lambda: _true_after(started, 3.5), what="the heartbeat timeout to pass", interval_s=0.05
+        )
         assert cp.registry.get(identity.edge_id) is conn and conn.is_open
         assert link.connections == 1
 
@@ -206,10 +97,11 @@ async def test_websocket_transport_connects_serves_and_is_cut_on_revoke(
         async def gone() -> bool:
             return not link.connected.is_set() and not await connected_edges(api)
 
-        await eventually(gone, what="the revoked edge to be disconnected")
+        await eventually(gone, what="the revoked edge to be disconnected", interval_s=0.05)
         await eventually(
             lambda: _ready(link.last_error is not None and "401" in link.last_error),
             what="the reconnect to be refused",
+            interval_s=0.05,
         )
 
 
