@@ -15,12 +15,12 @@ Example (every key optional except ``control_plane``)::
     sandbox:
       idle_pause_s: 30
     connection:
-      heartbeat_interval_s: 10
+      transport: auto          # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)
+      heartbeat_interval_s: 3
     git:                                           # the edge's own git credentials, per host
       credentials:
         - host: git.internal:8443
           token: {from_file: /etc/outpost-edge/secrets/git.token}   # mode 0600
-      transport: auto          # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)
     observability:
       listen: 127.0.0.1:9464   # /metrics, /healthz, /readyz; null turns it off
     identity:                  # automatic renewal of the edge's client certificate
@@ -96,9 +96,12 @@ class ControlPlaneConfig(_Strict):
 
 class ConnectionConfig(_Strict):
     heartbeat_interval_s: float = Field(3.0, gt=0)
-    heartbeat_timeout_s: float = Field(9.0, gt=0)
+    # 2.5 intervals: /readyz turns within 10 s of a silent partition, with room to spare.
+    heartbeat_timeout_s: float = Field(7.5, gt=0)
     backoff_initial_s: float = Field(1.0, gt=0)
-    backoff_max_s: float = Field(60.0, gt=0)
+    # Capped low enough that /readyz (and calls) come back within 10 s of a control plane's return
+    # after any outage; full jitter still spreads a fleet's reconnects over the whole cap.
+    backoff_max_s: float = Field(8.0, gt=0)
     stable_after_s: float = Field(30.0, ge=0)  # a link up this long resets the backoff
     connect_timeout_s: float = Field(10.0, gt=0)
     drain_grace_s: float = Field(30.0, ge=0)  # on SIGTERM, how long in-flight calls may finish

@@ -48,6 +48,10 @@ __all__ = ["TOOLS", "EdgeAgent"]
 
 log = logging.getLogger(__name__)
 
+#: The watchdog keeps being petted this long without a tunnel (a control plane restarting or under
+#: maintenance), so that an outage on the far side does not make every edge restart.
+WATCHDOG_TUNNEL_GRACE_MIN_S = 300.0
+
 TOOLS = ("bash", "read", "write", "edit", "glob", "grep")
 _JOURNAL_PRUNE_INTERVAL_S = 3600.0
 _MCP_START_WAIT_S = 5.0  # how long start-up waits for MCP servers before dialling out
@@ -164,12 +168,16 @@ class EdgeAgent:
         self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
         self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
         self._tasks.append(asyncio.create_task(self.renewer.run(), name="edge-certificate-renewal"))
-        c = cfg.connection  # the watchdog tolerates a reconnect with backoff, not a link stuck down
+        c = cfg.connection  # the watchdog tolerates reconnects and a control plane's maintenance,
+        # not a link stuck down for good (a restart is then worth a try)
         supervise = sdnotify.supervise(
             self.notifier,
             self.link.connected,
             interval_s=sdnotify.watchdog_interval_s(os.environ),
-            grace_s=2 * (c.backoff_max_s + c.connect_timeout_s) + c.heartbeat_timeout_s,
+            grace_s=max(
+                WATCHDOG_TUNNEL_GRACE_MIN_S,
+                2 * (c.backoff_max_s + c.connect_timeout_s) + c.heartbeat_timeout_s,
+            ),
         )
         self._tasks.append(asyncio.create_task(supervise, name="edge-sdnotify"))
         log.info(

@@ -107,6 +107,93 @@ async def test_readyz_follows_the_control_plane(
         assert "outpost_edge_tunnel_reconnects_total 1" in text
 
 
+class SilentRelay:
+    """A TCP relay between the edge and the control plane's tunnel port that can go silent the way
+    a lost network path does: connections already open stay open but carry nothing (no FIN, no
+    RST), new ones are refused. ``restore`` brings the path back for new connections."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target_port = target_port
+        self._up = asyncio.Event()
+        self._up.set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def __aenter__(self) -> SilentRelay:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def go_silent(self) -> None:
+        self._up.clear()
+
+    def restore(self) -> None:
+        self._up.set()
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self._up.is_set():
+            writer.close()  # nothing answers any more
+            return
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pipe(src, dst))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        try:
+            while data := await src.read(65536):
+                await self._up.wait()  # silent: hold every byte, close nothing
+                dst.write(data)
+                await dst.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            if self._up.is_set():
+                dst.close()
+
+
+async def test_readyz_follows_a_silent_network_loss_with_default_settings(
+    control_plane: ControlPlane,
+    environment: str,
+    enroll,
+    run_edge,  # type: ignore[no-untyped-def]
+) -> None:
+    """The control plane disappears without a word (a dropped route, not a closed socket): with
+    the default heartbeats and backoff, /readyz turns within 10 s, and comes back within 10 s of
+    the path's return."""
+    tunnel_port = int(control_plane.tunnel_address.rsplit(":", 1)[1])
+    async with SilentRelay(tunnel_port) as relay:
+        edge = await enroll(
+            environment,
+            extra={
+                "control_plane": {"tunnel_address": f"127.0.0.1:{relay.port}"},
+                "connection": {},  # the defaults: heartbeats 3 s / 9 s, backoff 1 s up to 8 s
+                "observability": {"listen": "127.0.0.1:0"},
+            },
+        )
+        agent = await run_edge(edge)
+        assert agent.observe is not None
+        base = agent.observe.url
+        await _within(f"{base}/readyz", 200, FLIP_S)
+
+        relay.go_silent()
+        took = await _within(f"{base}/readyz", 503, FLIP_S)
+        print(f"not ready {took:.1f} s after the path went silent")
+        await asyncio.sleep(5)  # a while without a control plane: the edge backs off meanwhile
+        relay.restore()
+        took = await _within(f"{base}/readyz", 200, FLIP_S)
+        print(f"ready {took:.1f} s after the path came back")
+
+
 async def _metrics(url: str, headers: dict[str, str] | None = None) -> str:
     async with httpx.AsyncClient(timeout=5.0) as client:
         response = await client.get(url, headers=headers or {})

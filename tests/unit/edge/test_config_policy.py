@@ -14,7 +14,7 @@ from edge_agent.policy import Policy
 def test_defaults_load_without_a_file() -> None:
     config = load_config(None)
     assert config.connection.backoff_initial_s == 1.0
-    assert config.connection.backoff_max_s == 60.0
+    assert config.connection.backoff_max_s == 8.0
     assert config.load_policy() == Policy()
 
 
