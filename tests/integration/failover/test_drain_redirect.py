@@ -119,6 +119,7 @@ async def test_an_edge_connecting_to_a_draining_control_plane_moves_on_at_once(
     async with running_link(identity, dialer) as link:
         await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
         elapsed = time.monotonic() - started
+        print(f"{transport}: on B {elapsed:.2f} s after dialling the draining A")
         assert dialer.endpoint_index == 1
         # Turned away by A (one handshake), then on B: no failure, no backoff.
         assert link.connections == 2 and link.connected.is_set()
@@ -142,7 +143,9 @@ async def test_a_connected_idle_edge_leaves_a_control_plane_that_starts_draining
         await asyncio.wait_for(link.connected.wait(), 15)
         assert await connected_edges(a) == [identity.edge_id]
         start_draining(a)  # A would close the tunnel only after drain_grace_s (30 s)
+        started = time.monotonic()
         await eventually(lambda: on_b_only(a, b, identity.edge_id), MOVE_WITHIN_S, "the edge on B")
+        print(f"idle edge on B {time.monotonic() - started:.2f} s after A started draining")
         assert dialer.endpoint_index == 1 and link.connections == 2
         assert link.last_error is None and link._backoff.attempt == 0
 
