@@ -40,6 +40,7 @@ from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.enroll.http_tls import prepare_http_tls
+from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.mcp import Credentials, McpRouter, no_credentials
@@ -209,6 +210,7 @@ class ControlPlane:
                     session_config=session_config,
                     control_plane_id=self.id,
                     software_version=SOFTWARE_VERSION,
+                    nonces=SharedNonces(self.store),  # a token works once on any process
                 ),
             )
         )

@@ -52,6 +52,7 @@ __all__ = [
     "PopError",
     "audience_for",
     "create_token",
+    "nonce_key",
     "verify_token",
 ]
 
@@ -177,6 +178,11 @@ def verify_token(
     return PopClaims(edge_id, aud, iat, exp, nonce, cert_der)
 
 
+def nonce_key(claims: PopClaims) -> str:
+    """What a replay cache remembers of a token: a digest of its edge and nonce."""
+    return hashlib.sha256(f"{claims.edge_id}\0{claims.nonce}".encode()).hexdigest()
+
+
 class NonceCache:
     """Remembers the nonces of accepted tokens until they could no longer be accepted anyway
     (``exp + skew``), so each token works once. Bounded: when full of live nonces, new tokens are
@@ -192,7 +198,7 @@ class NonceCache:
 
     def use(self, claims: PopClaims, now: float) -> None:
         """Record the token's nonce; raises :class:`PopError` (``replayed``) if it was seen."""
-        key = hashlib.sha256(f"{claims.edge_id}\0{claims.nonce}".encode()).hexdigest()
+        key = nonce_key(claims)
         if key in self._seen and self._seen[key] > now:
             raise PopError("replayed", "this token was used already")
         if len(self._seen) >= self._max_entries or len(self._seen) % 1024 == 1023:

@@ -40,10 +40,11 @@ from control_plane.enroll.ca import (
     environment_id_from_cert,
     load_csr,
 )
+from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import Conflict, ControlPlaneError, InvalidRequest, NotFound, TokenRejected
 from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord, Store
 from outpost_wire.errors import ErrorCode
-from outpost_wire.pop import AUTH_SCHEME, NonceCache, PopError, verify_token
+from outpost_wire.pop import AUTH_SCHEME, PopError, verify_token
 
 __all__ = [
     "MAX_TOKEN_TTL_S",
@@ -157,7 +158,7 @@ class EnrollmentService:
         self._clock = clock
         self._cert_valid_days = cert_valid_days
         self._listeners: list[RevocationListener] = []
-        self._renew_nonces = NonceCache()
+        self._renew_nonces = SharedNonces(store)  # a token renews once, on any process
         self._renew_audience = renewal_audience(ca.fingerprint_sha256)
 
     @property
@@ -345,7 +346,7 @@ class EnrollmentService:
                 PopError("edge_mismatch", "the token names another edge than its certificate"), edge.id
             )
         try:
-            self._renew_nonces.use(claims, now.timestamp())
+            await self._renew_nonces.use(claims, now.timestamp())
         except PopError as exc:
             raise self._refuse_renewal(exc, edge.id) from None
         try:

@@ -135,6 +135,16 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX session_wakes_by_time ON session_wakes (requested_at, session_id)",
     ),
+    # 5: nonces of accepted proof-of-possession tokens, shared by every control-plane process
+    (
+        """
+        CREATE TABLE pop_nonces (
+            key        TEXT PRIMARY KEY,
+            expires_at INTEGER NOT NULL
+        ) WITHOUT ROWID
+        """,
+        "CREATE INDEX pop_nonces_by_expiry ON pop_nonces (expires_at)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

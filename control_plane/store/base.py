@@ -263,6 +263,11 @@ class Store(Protocol):
     async def clear_wake(self, session_id: str) -> None:
         """The session is being run: forget its wake request (if any)."""
 
+    # -- one-time nonces (proof-of-possession tokens work once, on every process) -------------
+    async def use_nonce(self, key: str, expires_at: datetime, now: datetime) -> bool:
+        """Record ``key`` until ``expires_at``: ``True`` the first time, ``False`` while an earlier
+        record of it has not expired. Expired records are pruned as a side effect."""
+
     # -- enrollment and edges -----------------------------------------------------------------
     async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None: ...
 

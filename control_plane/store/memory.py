@@ -115,6 +115,7 @@ class MemoryStore:
         self._sandbox_edges: dict[str, str] = {}
         self._presence: dict[str, tuple[str, int]] = {}  # edge id -> (holder, expires_us)
         self._wakes: dict[str, int] = {}  # session id -> requested at (us)
+        self._nonces: dict[str, int] = {}  # key -> expires at (us)
         self._tokens: dict[str, EnrollmentTokenRecord] = {}
         self._token_ids_by_hash: dict[str, str] = {}
         self._edges: dict[str, EdgeRecord] = {}
@@ -450,6 +451,18 @@ class MemoryStore:
     async def clear_wake(self, session_id: str) -> None:
         self._check_open()
         self._wakes.pop(session_id, None)
+
+    # -- one-time nonces --------------------------------------------------------------------
+
+    async def use_nonce(self, key: str, expires_at: datetime, now: datetime) -> bool:
+        self._check_open()
+        now_us = codec.to_us(now)
+        for old in [k for k, until in self._nonces.items() if until <= now_us]:
+            del self._nonces[old]
+        if key in self._nonces:
+            return False
+        self._nonces[key] = codec.to_us(expires_at)
+        return True
 
     # -- enrollment and edges -----------------------------------------------------------------
 

@@ -535,6 +535,25 @@ class SqliteStore:
 
         await self._engine.write(run)
 
+    # -- one-time nonces --------------------------------------------------------------------
+
+    async def use_nonce(self, key: str, expires_at: datetime, now: datetime) -> bool:
+        now_us, expires_us = codec.to_us(now), codec.to_us(expires_at)
+
+        def run(conn: sqlite3.Connection) -> bool:
+            conn.execute(
+                "DELETE FROM pop_nonces WHERE key IN"
+                " (SELECT key FROM pop_nonces WHERE expires_at <= ? ORDER BY expires_at LIMIT 256)",
+                (now_us,),
+            )
+            inserted = conn.execute(
+                "INSERT INTO pop_nonces (key, expires_at) VALUES (?, ?) ON CONFLICT (key) DO NOTHING",
+                (key, expires_us),
+            ).rowcount
+            return bool(inserted)
+
+        return await self._engine.write(run)
+
     # -- sandbox placement ------------------------------------------------------------------
 
     async def get_sandbox_edge(self, session_id: str) -> str | None:

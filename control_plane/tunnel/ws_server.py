@@ -31,6 +31,7 @@ from collections.abc import Callable
 from starlette.responses import PlainTextResponse
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import ControlPlaneError
 from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.connection import EdgeConnection
@@ -39,7 +40,7 @@ from control_plane.tunnel.pump import pump
 from control_plane.tunnel.registry import EdgeRegistry
 from control_plane.tunnel.tls_peer import peer_certificate
 from outpost_wire.errors import ErrorCode
-from outpost_wire.pop import AUTH_SCHEME, NonceCache, PopError, verify_token
+from outpost_wire.pop import AUTH_SCHEME, PopError, verify_token
 from outpost_wire.session import SessionConfig
 
 __all__ = ["CLOSE_UNAUTHENTICATED", "WS_TUNNEL_PATH", "WsTunnelEndpoint"]
@@ -71,7 +72,10 @@ class WsTunnelEndpoint:
         control_plane_id: str,
         software_version: str,
         clock: Callable[[], float] = time.time,
+        nonces: SharedNonces | None = None,
     ) -> None:
+        """``nonces``: where accepted tokens' nonces are remembered (``SharedNonces(store)`` so a
+        token works once across control-plane processes); default this process only."""
         self._registry = registry
         self._authenticate = authenticate
         self._audience = audience
@@ -79,7 +83,7 @@ class WsTunnelEndpoint:
         self._control_plane_id = control_plane_id
         self._software_version = software_version
         self._clock = clock
-        self._nonces = NonceCache()
+        self._nonces = nonces or SharedNonces(None)
 
     async def handle(self, websocket: WebSocket) -> None:
         """Authenticate the upgrade request, then pump the edge's tunnel until it ends."""
@@ -136,7 +140,7 @@ class WsTunnelEndpoint:
                     raise PopError(
                         "edge_mismatch", "the token names another edge than the TLS client certificate"
                     )
-                self._nonces.use(claims, now)
+                await self._nonces.use(claims, now)
             log.debug("tunnel: edge %s authenticated by its TLS client certificate", edge.id)
             return edge
         if not has_token:
@@ -146,7 +150,7 @@ class WsTunnelEndpoint:
         edge = await self._authenticate(claims.cert_der)
         if edge.id != claims.edge_id:
             raise PopError("edge_mismatch", "the token names another edge than its certificate")
-        self._nonces.use(claims, now)
+        await self._nonces.use(claims, now)
         return edge
 
 

@@ -1,5 +1,6 @@
-"""Contract: edge presence (which control-plane process holds each edge's tunnel, with an expiry) and
-wake requests (work one process noticed and another must run)."""
+"""Contract: what control-plane processes share through the store: edge presence (which process holds
+each edge's tunnel, with an expiry), wake requests (work one process noticed and another must run)
+and one-time nonces."""
 
 from __future__ import annotations
 
@@ -58,3 +59,14 @@ async def test_deleting_a_session_drops_its_wake_request(store: Store) -> None:
     await store.request_wake("s1", at(1))
     await store.delete_resource("session", "s1")
     assert await store.wake_requests() == []
+
+
+# -- one-time nonces ----------------------------------------------------------------------------
+
+
+async def test_a_nonce_works_once_until_it_expires(store: Store) -> None:
+    assert await store.use_nonce("n1", at(30), at(0)) is True
+    assert await store.use_nonce("n1", at(30), at(29.9)) is False  # replayed
+    assert await store.use_nonce("n2", at(30), at(1)) is True  # others are independent
+    assert await store.use_nonce("n1", at(90), at(30)) is True  # expired: pruned, usable again
+    assert await store.use_nonce("n1", at(90), at(31)) is False
