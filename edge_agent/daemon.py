@@ -37,7 +37,7 @@ from edge_agent.journal import ResultJournal
 from edge_agent.mcp import McpCatalog, McpHub
 from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
-from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls
+from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls, spread_for
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from outpost_wire import sdnotify
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
@@ -104,6 +104,7 @@ class EdgeAgent:
                 check_interval_s=ident.renew_check_interval_s,
                 retry_initial_s=ident.renew_retry_initial_s,
                 retry_max_s=ident.renew_retry_max_s,
+                spread=spread_for(self.identity.edge_id),
             ),
             urls=renewal_urls([a.url for a in cp.addresses] or [cp.url], self.identity),
             renew=partial(renew_certificate, proxy_url=config.connection.proxy_url),

@@ -42,7 +42,7 @@ from cryptography import x509
 from edge_agent.config import EdgeConfig
 from edge_agent.errors import EdgeError
 from edge_agent.identity import IDENTITY_DIR, Identity
-from edge_agent.renew import RenewalSchedule
+from edge_agent.renew import RenewalSchedule, spread_for
 
 __all__ = [
     "CERT_WARN_DAYS",
@@ -268,6 +268,7 @@ class Doctor:
         schedule = RenewalSchedule(
             renew_before=timedelta(days=ident.renew_before_days),
             check_interval_s=ident.renew_check_interval_s,
+            spread=spread_for(identity.edge_id),
         )
         renew_at = schedule.renew_at(not_before, not_after)
         text = (

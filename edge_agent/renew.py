@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import hmac
 import logging
 import os
@@ -62,6 +63,7 @@ __all__ = [
     "RenewalSchedule",
     "renew_certificate",
     "renewal_urls",
+    "spread_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -88,6 +90,11 @@ def _utcnow() -> datetime:
 
 
 # -- when ---------------------------------------------------------------------------------------------
+def spread_for(edge_id: str) -> float:
+    """A stable number in [0, 1) for the edge: where in the renewal window it renews."""
+    return int.from_bytes(hashlib.sha256(edge_id.encode()).digest()[:8], "big") / 2**64
+
+
 class RenewalSchedule:
     """When to renew, and how long to wait before the next check. Pure: times are passed in.
 
@@ -96,7 +103,9 @@ class RenewalSchedule:
       30-day one 10 days before);
     * between checks, at most ``check_interval_s`` (and no later than the moment it becomes due);
     * after a failure, ``retry_initial_s`` doubling up to ``retry_max_s`` (never more than the
-      check interval), until a renewal succeeds.
+      check interval), until a renewal succeeds;
+    * ``spread`` (0..1, from the edge id: :func:`spread_for`) moves the moment up to half a window
+      earlier, so a fleet enrolled on one day does not renew in the same minute.
     """
 
     def __init__(
@@ -106,7 +115,11 @@ class RenewalSchedule:
         check_interval_s: float,
         retry_initial_s: float = 60.0,
         retry_max_s: float = 900.0,
+        spread: float = 0.0,
     ) -> None:
+        if not 0.0 <= spread < 1.0:
+            raise ValueError("spread must be in [0, 1)")
+        self.spread = spread
         self.renew_before = renew_before
         self.check_interval_s = check_interval_s
         self.retry_initial_s = retry_initial_s
@@ -116,7 +129,7 @@ class RenewalSchedule:
     def renew_at(self, not_before: datetime, not_after: datetime) -> datetime:
         """From when a certificate valid ``not_before`` .. ``not_after`` is renewed."""
         lifetime = max(not_after - not_before, timedelta(0))
-        return not_after - min(self.renew_before, lifetime / 3)
+        return not_after - min(self.renew_before, lifetime / 3) * (1 + self.spread / 2)
 
     def due(self, not_before: datetime, not_after: datetime, now: datetime) -> bool:
         return now >= self.renew_at(not_before, not_after)

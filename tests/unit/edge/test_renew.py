@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from control_plane.enroll import CertificateAuthority
 from edge_agent.config import EdgeConfig, IdentityConfig
 from edge_agent.identity import Identity, IdentityError, generate_key_and_csr, write_pending_key
-from edge_agent.renew import CertificateRenewer, RenewalError, RenewalSchedule, renewal_urls
+from edge_agent.renew import CertificateRenewer, RenewalError, RenewalSchedule, renewal_urls, spread_for
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 DAY = timedelta(days=1)
@@ -57,6 +57,21 @@ def test_checks_every_interval_and_wakes_at_the_renewal_time() -> None:
     assert s.next_check_s(T0, not_after, now) == 2 * 3600
     # Never a busy loop.
     assert s.next_check_s(T0, not_after, not_after) == 1.0
+
+
+def test_a_fleet_spreads_its_renewals_over_half_a_window_more() -> None:
+    not_after = T0 + 365 * DAY
+    at = [
+        RenewalSchedule(
+            renew_before=30 * DAY, check_interval_s=3600, spread=spread_for(f"edge_{i}")
+        ).renew_at(T0, not_after)
+        for i in range(200)
+    ]
+    assert all(not_after - 45 * DAY <= t <= not_after - 30 * DAY for t in at)
+    assert max(at) - min(at) > 10 * DAY  # spread out, not all in one minute
+    assert spread_for("edge_1") == spread_for("edge_1")  # stable across restarts
+    with pytest.raises(ValueError):
+        RenewalSchedule(renew_before=30 * DAY, check_interval_s=3600, spread=1.0)
 
 
 def test_backoff_after_failures_doubles_to_its_cap_and_resets_on_success() -> None:
