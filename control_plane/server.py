@@ -39,7 +39,7 @@ from control_plane.api.metrics import (
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.enroll import CertificateAuthority, EnrollmentService
-from control_plane.enroll.http_tls import prepare_http_tls
+from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
 from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import NotFound
 from control_plane.harness import AnthropicModelClient, Harness
@@ -72,6 +72,9 @@ log = logging.getLogger(__name__)
 ADMIN_KEY_FILE = "admin-api-key"
 VAULT_CAPABILITY_KEY_FILE = "vault-capability.key"  # the broker's HMAC key (not the KEK)
 _SPEC_TTL_S = 2.0
+#: How often the server certificates are checked: ours is re-issued when less than 30 days of it
+#: are left, an operator's is reloaded from its files (a certbot renewal, say); no restart needed.
+SERVER_CERT_CHECK_S = 6 * 3600.0
 _WS_PING_INTERVAL_S = 25.0  # below the common 60 s idle timeout of proxies and load balancers
 _WS_PING_TIMEOUT_S = 20.0
 
@@ -110,6 +113,8 @@ class ControlPlane:
         self.http_url = ""
         self.tunnel_address = ""
         self._closed = False
+        self._server_cert_pem = b""
+        self._cert_refresher: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> ControlPlane:
         try:
@@ -151,6 +156,7 @@ class ControlPlane:
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
         )
         key_pem, cert_pem = self.ca.issue_server_cert(list(cfg.tls_hostnames), list(cfg.tls_ips))
+        self._server_cert_pem = cert_pem
         self.tunnel = GrpcTunnelServer(
             registry=self.registry,
             authenticate=self._authenticate,
@@ -241,6 +247,7 @@ class ControlPlane:
             await asyncio.sleep(0.01)
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
         self.http_url = f"{'https' if cfg.http_tls else 'http'}://{host}:{http_port}"
+        self._cert_refresher = asyncio.create_task(self._refresh_certificates_loop(), name="server-certs")
         log.info(
             "control plane %s: API %s, tunnel %s, data %s",
             self.id,
@@ -249,13 +256,40 @@ class ControlPlane:
             cfg.data_dir,
         )
 
-    def _http_tls_options(self) -> dict[str, Any]:
-        """uvicorn's TLS arguments for the HTTP port (``http_tls``; none without it)."""
+    async def refresh_server_certificates(self) -> bool:
+        """Re-issue the tunnel's (and the HTTPS port's) server certificate if it has less than 30
+        days left or its names changed, and serve the new one from the next handshake on; reload an
+        operator's HTTPS certificate from its files. Connections already up keep theirs. Returns
+        whether our certificate changed."""
         cfg = self.config
-        if not cfg.http_tls:
-            return {}
+        assert self.ca is not None and self.tunnel is not None
+        ca = self.ca
+        key_pem, cert_pem = await asyncio.to_thread(
+            ca.issue_server_cert, list(cfg.tls_hostnames), list(cfg.tls_ips)
+        )
+        changed = cert_pem != self._server_cert_pem
+        if changed:
+            self.tunnel.update_certificate(key_pem, cert_pem)
+            self._server_cert_pem = cert_pem
+            log.info("server certificate re-issued; new handshakes get the new one")
+        context = self._http.config.ssl if self._http is not None else None
+        if cfg.http_tls and context is not None and (changed or cfg.http_tls_cert_file is not None):
+            tls = await asyncio.to_thread(self._prepare_http_tls)
+            context.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+        return changed
+
+    async def _refresh_certificates_loop(self) -> None:
+        while True:
+            await asyncio.sleep(SERVER_CERT_CHECK_S)
+            try:
+                await self.refresh_server_certificates()
+            except Exception as exc:  # keep serving the current ones; try again at the next check
+                log.warning("could not refresh the server certificates: %s", exc)
+
+    def _prepare_http_tls(self) -> HttpTls:
+        cfg = self.config
         assert self.ca is not None
-        tls = prepare_http_tls(
+        return prepare_http_tls(
             self.ca,
             cfg.data_dir,
             hostnames=list(cfg.tls_hostnames),
@@ -263,7 +297,13 @@ class ControlPlane:
             cert_file=cfg.http_tls_cert_file,
             key_file=cfg.http_tls_key_file,
         )
-        return tls.uvicorn_options()
+
+    def _http_tls_options(self) -> dict[str, Any]:
+        """uvicorn's TLS arguments for the HTTP port (``http_tls``; none without it)."""
+        cfg = self.config
+        if not cfg.http_tls:
+            return {}
+        return self._prepare_http_tls().uvicorn_options()
 
     def _mcp_router(self, credentials: Credentials = no_credentials) -> McpRouter:
         """The harness's MCP router: ``edge://`` servers through the edge gateway, others called
@@ -369,6 +409,8 @@ class ControlPlane:
         if self._closed:
             return
         self._closed = True
+        if self._cert_refresher is not None:
+            self._cert_refresher.cancel()
         # Drain: no new calls to edges, edges told to move (they leave once their tunnel closes,
         # after the calls in flight answered); sessions stop at their next call to an edge and
         # their leases are released for the process the edges move to.

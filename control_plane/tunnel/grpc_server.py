@@ -77,11 +77,31 @@ class GrpcTunnelServer:
         self._server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(_SERVICE, {_METHOD: handler}),)
         )
-        self._credentials = grpc.ssl_server_credentials(
-            [(server_key_pem, server_cert_pem)], root_certificates=ca_cert_pem, require_client_auth=True
+        # Dynamic credentials: ``update_certificate`` swaps the server certificate for the next
+        # handshakes without a restart (gRPC asks ``_next_certificate`` at each new handshake).
+        self._ca_cert_pem = ca_cert_pem
+        self._next_config: grpc.ServerCertificateConfiguration | None = None
+        self._credentials = grpc.dynamic_ssl_server_credentials(
+            grpc.ssl_server_certificate_configuration(
+                [(server_key_pem, server_cert_pem)], root_certificates=ca_cert_pem
+            ),
+            self._next_certificate,
+            require_client_authentication=True,
         )
         self.port = 0
         self._started = False
+
+    def update_certificate(self, server_key_pem: bytes, server_cert_pem: bytes) -> None:
+        """Serve this certificate from the next handshake on (tunnels already up keep theirs)."""
+        self._next_config = grpc.ssl_server_certificate_configuration(
+            [(server_key_pem, server_cert_pem)], root_certificates=self._ca_cert_pem
+        )
+
+    def _next_certificate(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's fetcher (called from its own threads): a new configuration once, else ``None``
+        (keep the current one)."""
+        config, self._next_config = self._next_config, None
+        return config
 
     @property
     def address(self) -> str:
