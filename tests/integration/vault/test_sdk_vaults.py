@@ -14,7 +14,7 @@ from anthropic.types.beta.beta_managed_agents_vault import BetaManagedAgentsVaul
 from anthropic.types.beta.vaults import BetaManagedAgentsCredential, BetaManagedAgentsCredentialValidation
 
 from tests.integration.api._support import assert_complete, assert_valid
-from tests.integration.vault.conftest import VaultApi
+from tests.integration.vault.vault_app import VaultApi
 
 MCP_URL = "https://mcp.example.com/mcp"
 OAUTH_MCP_URL = "https://oauth-mcp.example.com/mcp"
