@@ -119,7 +119,23 @@ class ControlPlaneProcess:
                 self.proc.kill()
 
 
-async def _events(client: anthropic.AsyncAnthropic, session_id: str) -> list[Any]:
+def assert_both_calls_ran_once(
+    events: list[Any], docker_client: docker.DockerClient, session_id: str
+) -> None:
+    """The session answered after two successful tool calls, and each call ran exactly once: the
+    side-effect counters its commands left in the sandbox's workspace."""
+    results = [e for e in events if e.type == "agent.tool_result"]
+    assert len(results) == 2 and not any(r.is_error for r in results), results
+    assert "Both commands ran." in "".join(
+        b.text for b in [e for e in events if e.type == "agent.message"][-1].content
+    )
+    [container] = docker_client.containers.list(filters={"label": f"outpost.session_id={session_id}"})
+    for name in ("counter1", "counter2"):
+        code, out = container.exec_run(["wc", "-l", f"/workspace/{name}"], user="1000:1000")
+        assert code == 0 and out.split()[0] == b"1", (name, out)
+
+
+async def session_events(client: anthropic.AsyncAnthropic, session_id: str) -> list[Any]:
     return [e async for e in client.beta.sessions.events.list(session_id)]
 
 
@@ -173,7 +189,7 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
 
             # Crash 1: while the first bash call runs in the sandbox (it sleeps 4 s).
             async def first_tool_running() -> bool:
-                return any(e.type == "agent.tool_use" for e in await _events(client, session.id))
+                return any(e.type == "agent.tool_use" for e in await session_events(client, session.id))
 
             await eventually(first_tool_running, 30, "first tool_use")
             await asyncio.sleep(1.0)
@@ -189,7 +205,7 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
             await cp.wait_up()
 
             async def idle() -> bool:
-                events = await _events(client, session.id)
+                events = await session_events(client, session.id)
                 statuses = [e for e in events if e.type == "session.status_idle"]
                 return (
                     bool(statuses)
@@ -198,18 +214,7 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
                 )
 
             await eventually(idle, 60, "session idle after the crashes")
-            events = await _events(client, session.id)
-            results = [e for e in events if e.type == "agent.tool_result"]
-            assert len(results) == 2 and not any(r.is_error for r in results), results
-            assert "Both commands ran." in "".join(
-                b.text for b in [e for e in events if e.type == "agent.message"][-1].content
-            )
-
-            # Every tool call ran exactly once: the side-effect counters in the sandbox.
-            [container] = docker_client.containers.list(filters={"label": f"outpost.session_id={session.id}"})
-            for name in ("counter1", "counter2"):
-                code, out = container.exec_run(["wc", "-l", f"/workspace/{name}"], user="1000:1000")
-                assert code == 0 and out.split()[0] == b"1", (name, out)
+            assert_both_calls_ran_once(await session_events(client, session.id), docker_client, session.id)
 
             # No finished model turn was requested twice: group requests by conversation state.
             by_stage = Counter(len(tool_results_since_prompt(r.body)) for r in model.requests)

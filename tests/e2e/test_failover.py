@@ -30,7 +30,11 @@ from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
 from tests.e2e.conftest import NAME_PREFIX, eventually
-from tests.e2e.test_control_plane_crash import ControlPlaneProcess
+from tests.e2e.test_control_plane_crash import (
+    ControlPlaneProcess,
+    assert_both_calls_ran_once,
+    session_events,
+)
 
 pytestmark = pytest.mark.docker
 
@@ -78,10 +82,6 @@ class SharedStoreControlPlane(ControlPlaneProcess):
     @property
     def tunnel_address(self) -> str:
         return f"127.0.0.1:{self.tunnel_port}"
-
-
-async def _events(client: anthropic.AsyncAnthropic, session_id: str) -> list[Any]:
-    return [e async for e in client.beta.sessions.events.list(session_id)]
 
 
 async def test_sigterm_of_one_control_plane_moves_edge_and_session(
@@ -147,7 +147,7 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
             )
 
             async def first_tool_running() -> bool:
-                return any(e.type == "agent.tool_use" for e in await _events(client_a, session.id))
+                return any(e.type == "agent.tool_use" for e in await session_events(client_a, session.id))
 
             await eventually(first_tool_running, 30, "first tool_use")
             await asyncio.sleep(1.0)  # the first bash call is sleeping in the sandbox
@@ -155,7 +155,7 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
             cp_a.proc.send_signal(signal.SIGTERM)
 
             async def idle() -> bool:
-                events = await _events(client_b, session.id)
+                events = await session_events(client_b, session.id)
                 statuses = [e for e in events if e.type == "session.status_idle"]
                 return (
                     bool(statuses)
@@ -170,17 +170,7 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
             assert edge.dialer.endpoint_index == 1
             assert edge.link is not None and edge.link.connections >= 2
 
-            events = await _events(client_b, session.id)
-            results = [e for e in events if e.type == "agent.tool_result"]
-            assert len(results) == 2 and not any(r.is_error for r in results), results
-            assert "Both commands ran." in "".join(
-                b.text for b in [e for e in events if e.type == "agent.message"][-1].content
-            )
-
-            [container] = docker_client.containers.list(filters={"label": f"outpost.session_id={session.id}"})
-            for name in ("counter1", "counter2"):
-                code, out = container.exec_run(["wc", "-l", f"/workspace/{name}"], user="1000:1000")
-                assert code == 0 and out.split()[0] == b"1", (name, out)
+            assert_both_calls_ran_once(await session_events(client_b, session.id), docker_client, session.id)
 
             by_stage = Counter(len(tool_results_since_prompt(r.body)) for r in model.requests)
             assert by_stage == Counter({0: 1, 1: 1, 2: 1}), by_stage
