@@ -1,9 +1,10 @@
 """The HTTP API (ASGI): ``create_app`` wires the routers to the services they use.
 
-Middleware, outermost first: the ``request-id`` header, then the body-size limit (413 before a
-route reads an oversized body). Routes under ``/v1`` other than enrollment need an API key, and so
-does ``/metrics`` unless ``ApiConfig.metrics_public`` (see :mod:`control_plane.api.metrics`). The
-request id is bound to the log context for everything logged while the request is served.
+Middleware, outermost first: the ``request-id`` header, then the API-key gate (a 401 from the
+headers alone, before any body is read), then the body-size limit (413 before a route reads an
+oversized body). Every HTTP path needs an API key but liveness, readiness and enrollment
+(:data:`control_plane.api.auth.PUBLIC_PATHS`), and ``/metrics`` when ``ApiConfig.metrics_public``.
+The request id is bound to the log context for everything logged while the request is served.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
 from control_plane.api.agents import agents_router
-from control_plane.api.auth import ApiKeyAuth
+from control_plane.api.auth import PUBLIC_PATHS, ApiKeyAuth, ApiKeyGate
 from control_plane.api.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
 from control_plane.api.coded_errors import install_coded_error_handler
 from control_plane.api.enroll_routes import enroll_router, operator_router
@@ -84,6 +85,8 @@ def create_app(services: ApiServices) -> FastAPI:
     install_error_handlers(app)
     install_coded_error_handler(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=services.config.max_body_bytes)
+    public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
+    app.add_middleware(ApiKeyGate, store=services.store, public=public)  # outside the body limit
 
     @app.middleware("http")
     async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
 
 import anthropic
+import httpx
 import pytest
 
 from tests.integration.api._support import MAX_BODY_BYTES, Api
@@ -25,6 +28,40 @@ async def test_missing_and_wrong_keys(api: Api) -> None:
         assert caught.value.type == "authentication_error"
         assert ("invalid API key" if key else "missing API key") in str(caught.value.api_message)
         assert caught.value.request_id
+
+
+async def test_no_key_is_401_before_the_body_is_read(api: Api) -> None:
+    """The key is checked from the headers alone: a keyless request that declares a body and sends
+    only a few bytes of it is answered at once (a route reading the body would wait for the rest),
+    and a keyless oversized or malformed body is a 401, not a 413 or 400."""
+    address = urlsplit(api.url)
+    reader, writer = await asyncio.open_connection(address.hostname, address.port)
+    declared = MAX_BODY_BYTES - 1  # under the size limit: only the key check can answer early
+    writer.write(
+        b"POST /v1/environments HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+        + f"content-length: {declared}\r\n\r\n".encode()
+        + b"[{},{},"
+    )
+    await writer.drain()
+    status_line = await asyncio.wait_for(reader.readline(), timeout=10)
+    writer.close()
+    assert status_line.split()[1] == b"401"
+
+    async with httpx.AsyncClient(base_url=api.url, timeout=20) as anonymous:
+        malformed = await anonymous.post("/v1/environments", content=b"{bad")
+        oversized = await anonymous.post("/v1/environments", content=b"[{}," * (MAX_BODY_BYTES // 2))
+        wrong = await anonymous.post(
+            "/v1/environments", content=b"{bad", headers={"x-api-key": "sk-outpost-wrong"}
+        )
+        openapi = await anonymous.get("/openapi.json")
+        health = await anonymous.get("/healthz")
+    for response in (malformed, oversized, wrong, openapi):
+        assert response.status_code == 401, response.text
+        assert response.json()["error"]["type"] == "authentication_error"
+        assert response.headers["request-id"]
+    assert health.status_code == 200
+    environments = await api.client.beta.environments.list()
+    assert [e async for e in environments] == []
 
 
 async def test_unknown_ids_are_404(api: Api) -> None:
