@@ -72,7 +72,8 @@ class Dispatcher:
         self._policy = policy
         self._journal = journal
         self._clock = clock
-        self._running: dict[str, asyncio.Task[Outcome]] = {}  # idempotency key -> the one run
+        # (session id, idempotency key) -> the one run: keys are unique within a session only
+        self._running: dict[tuple[str, str], asyncio.Task[Outcome]] = {}
         self._by_request: dict[str, asyncio.Task[Outcome]] = {}  # request id -> its task
         self._limits: dict[str, SandboxLimits] = {}  # session id -> limits it was provisioned with
 
@@ -160,7 +161,8 @@ class Dispatcher:
 
     async def _execute(self, request: Request, op: Execute | McpCall) -> Outcome:
         key = request.idempotency_key or request.request_id
-        task = self._running.get(key)
+        joined = (request.session_id, key)
+        task = self._running.get(joined)
         if task is None:
             work = (
                 self._run_once(key, request, op)
@@ -168,8 +170,8 @@ class Dispatcher:
                 else self._mcp_once(key, request, op)
             )
             task = asyncio.create_task(work, name=f"exec-{key}")
-            self._running[key] = task
-            task.add_done_callback(lambda _t: self._running.pop(key, None))
+            self._running[joined] = task
+            task.add_done_callback(lambda _t: self._running.pop(joined, None))
         else:
             log.info("request %s joins the running call for key %s", request.request_id, key)
         return await asyncio.shield(task)
@@ -192,7 +194,7 @@ class Dispatcher:
                 return decode_outcome(existing.outcome)
             return ToolResult.error(INTERRUPTED_MESSAGE)
         outcome: Outcome = await self._run_tool(request.session_id, op, tool_input, limits)
-        await self._journal.finish(key, encode_outcome(outcome))
+        await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
 
     async def _mcp_once(self, key: str, request: Request, op: McpCall) -> Outcome:
@@ -224,7 +226,7 @@ class Dispatcher:
             outcome = Failure(exc.code, str(exc))
         else:
             outcome = ToolResult(content=_blocks(result.content_dicts()), is_error=result.is_error)
-        await self._journal.finish(key, encode_outcome(outcome))
+        await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
 
     async def _run_tool(

@@ -1,6 +1,8 @@
-"""The edge's durable record of tool calls, keyed by idempotency key.
+"""The edge's durable record of tool calls, keyed by (session, idempotency key).
 
-Every execute carries an idempotency key (the control plane uses the ``agent.tool_use`` event id).
+Every execute carries an idempotency key (the control plane uses the ``agent.tool_use`` event id;
+``exec`` takes the caller's). Keys are only unique within a session: the same key from another
+session is another call, and never gets this session's stored result.
 Before a call runs, the journal records that it *started*; when it finishes, the encoded outcome.
 So after a restart of the edge (even ``kill -9``):
 
@@ -35,14 +37,29 @@ _T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS calls (
-    key TEXT PRIMARY KEY,
     session_id TEXT NOT NULL,
+    key TEXT NOT NULL,
     state TEXT NOT NULL,
     outcome BLOB,
     started_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    PRIMARY KEY (session_id, key)
 );
-CREATE INDEX IF NOT EXISTS calls_finished ON calls(finished_at);
+CREATE INDEX IF NOT EXISTS calls_started ON calls(started_at);
+"""
+
+# Journals written before keys were per session had ``key TEXT PRIMARY KEY``: copied over once,
+# in one transaction (_MIGRATE_BEFORE, _SCHEMA, _MIGRATE_AFTER).
+_MIGRATE_BEFORE = """
+BEGIN IMMEDIATE;
+ALTER TABLE calls RENAME TO calls_by_key;
+DROP INDEX IF EXISTS calls_finished;
+"""
+_MIGRATE_AFTER = """
+INSERT INTO calls(session_id, key, state, outcome, started_at, finished_at)
+    SELECT session_id, key, state, outcome, started_at, finished_at FROM calls_by_key;
+DROP TABLE calls_by_key;
+COMMIT;
 """
 
 
@@ -81,7 +98,11 @@ class ResultJournal:
         db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
         db.execute("PRAGMA journal_mode=WAL")
         db.execute("PRAGMA synchronous=NORMAL")
-        db.executescript(_SCHEMA)
+        primary = [r[1] for r in db.execute("PRAGMA table_info(calls)") if r[5]]
+        if primary == ["key"]:
+            db.executescript(_MIGRATE_BEFORE + _SCHEMA + _MIGRATE_AFTER)
+        else:
+            db.executescript(_SCHEMA)
         self._path.chmod(0o600)
         self._db = db
 
@@ -95,12 +116,13 @@ class ResultJournal:
             raise RuntimeError("journal is not open")
         return self._db
 
-    async def get(self, key: str) -> JournalEntry | None:
-        return await self._run(self._get, key)
+    async def get(self, key: str, session_id: str) -> JournalEntry | None:
+        return await self._run(self._get, key, session_id)
 
-    def _get(self, key: str) -> JournalEntry | None:
+    def _get(self, key: str, session_id: str) -> JournalEntry | None:
         row = self._conn.execute(
-            "SELECT key, session_id, state, outcome FROM calls WHERE key = ?", (key,)
+            "SELECT key, session_id, state, outcome FROM calls WHERE session_id = ? AND key = ?",
+            (session_id, key),
         ).fetchone()
         if row is None:
             return None
@@ -113,21 +135,22 @@ class ResultJournal:
 
     def _start(self, key: str, session_id: str) -> JournalEntry | None:
         cur = self._conn.execute(
-            "INSERT INTO calls(key, session_id, state, started_at) VALUES (?, ?, 'started', ?) "
-            "ON CONFLICT(key) DO NOTHING",
-            (key, session_id, time.time()),
+            "INSERT INTO calls(session_id, key, state, started_at) VALUES (?, ?, 'started', ?) "
+            "ON CONFLICT(session_id, key) DO NOTHING",
+            (session_id, key, time.time()),
         )
         if cur.rowcount == 1:
             return None
-        return self._get(key)
+        return self._get(key, session_id)
 
-    async def finish(self, key: str, outcome: bytes) -> None:
-        await self._run(self._finish, key, outcome)
+    async def finish(self, key: str, session_id: str, outcome: bytes) -> None:
+        await self._run(self._finish, key, session_id, outcome)
 
-    def _finish(self, key: str, outcome: bytes) -> None:
+    def _finish(self, key: str, session_id: str, outcome: bytes) -> None:
         self._conn.execute(
-            "UPDATE calls SET state = 'finished', outcome = ?, finished_at = ? WHERE key = ?",
-            (outcome, time.time(), key),
+            "UPDATE calls SET state = 'finished', outcome = ?, finished_at = ? "
+            "WHERE session_id = ? AND key = ?",
+            (outcome, time.time(), session_id, key),
         )
 
     async def prune(self) -> int:
