@@ -18,7 +18,13 @@ from fastapi import APIRouter, Query, Request
 from pydantic import TypeAdapter, ValidationError
 
 from control_plane.api.errors import ApiError
-from control_plane.api.models import AgentCreate, AgentUpdate, apply_metadata_patch, check_metadata
+from control_plane.api.models import (
+    MAX_INT,
+    AgentCreate,
+    AgentUpdate,
+    apply_metadata_patch,
+    check_metadata,
+)
 from control_plane.api.query import check_limit, time_bounds
 from control_plane.api.resources_json import agent_json
 from control_plane.api.wire import page_body
@@ -121,7 +127,7 @@ def agents_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
         return agent_json(await store.create_resource("agent", new_agent_id(), stored, clock()))
 
     @router.get("/v1/agents/{agent_id}")
-    async def retrieve(agent_id: str, version: int | None = Query(None, ge=1)) -> dict[str, Any]:
+    async def retrieve(agent_id: str, version: int | None = Query(None, ge=1, le=MAX_INT)) -> dict[str, Any]:
         return agent_json(await store.get_resource("agent", agent_id, version))
 
     @router.post("/v1/agents/{agent_id}")

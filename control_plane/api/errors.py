@@ -116,6 +116,11 @@ def install_error_handlers(app: FastAPI) -> None:
         error_type = _STATUS_TYPES.get(exc.status_code, "api_error")
         return _json_error(exc.status_code, error_type, str(exc.detail))
 
+    @app.exception_handler(OverflowError)
+    async def _overflow(_: Request, exc: OverflowError) -> JSONResponse:
+        # A number past what the store holds (64-bit) that no model bounded: the caller's input.
+        return _json_error(400, "invalid_request_error", "a number in the request is out of range")
+
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error")

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
-from control_plane.api.models import EventsSend
+from control_plane.api.models import MAX_INT, EventsSend
 from control_plane.api.query import (
     TimeBounds,
     check_limit,
@@ -129,7 +129,7 @@ def events_router(
 
     @router.get("/v1/sessions/{session_id}/events/stream")
     async def stream(
-        request: Request, session_id: str, after_seq: int | None = Query(None, ge=0)
+        request: Request, session_id: str, after_seq: int | None = Query(None, ge=0, le=MAX_INT)
     ) -> Response:
         deltas = query_list(request.query_params, "event_deltas", allowed=DELTA_EVENT_TYPES)
         last_event_id = request.headers.get("last-event-id", "").strip()

@@ -9,9 +9,10 @@ from ``model_fields_set``.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from control_plane.errors import InvalidRequest
 from control_plane.sessions.agent_config import (
@@ -23,6 +24,7 @@ from control_plane.sessions.agent_config import (
 )
 
 __all__ = [
+    "MAX_INT",
     "AgentCreate",
     "AgentRef",
     "AgentUpdate",
@@ -41,7 +43,20 @@ MAX_METADATA_PAIRS = 16
 MAX_METADATA_KEY = 64
 MAX_METADATA_VALUE = 512
 
-Name = Annotated[str, Field(min_length=1, max_length=256)]
+MAX_INT = 2**63 - 1  # the store's integers are 64-bit: larger numbers are a 400, not a 500
+# Names are shown in terminals, logs and consoles: no control characters (NUL, escape sequences) and no
+# bidirectional overrides (U+202A..U+202E, U+2066..U+2069) that make one name read as another.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(value: str) -> str:
+    if _UNPRINTABLE.search(value):
+        raise ValueError("control characters and bidirectional overrides are not allowed in names")
+    return value
+
+
+Name = Annotated[str, Field(min_length=1, max_length=256), AfterValidator(_printable)]
+Version = Annotated[int, Field(ge=1, le=MAX_INT)]
 Description = Annotated[str, Field(max_length=2048)]
 SystemPrompt = Annotated[str, Field(max_length=100_000)]
 Model = str | ModelConfigParams
@@ -98,7 +113,7 @@ class AgentCreate(_Body):
 
 
 class AgentUpdate(_Body):
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Version | None = None
     name: Name | None = None
     model: Model | None = None
     description: Description | None = None
@@ -115,7 +130,7 @@ class AgentUpdate(_Body):
 
 
 class EnvironmentCreate(_Body):
-    name: Annotated[str, Field(min_length=1, max_length=255)]
+    name: Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_printable)]
     description: Description | None = None
     config: dict[str, Any] | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -123,7 +138,7 @@ class EnvironmentCreate(_Body):
 
 
 class EnvironmentUpdate(_Body):
-    name: Annotated[str, Field(min_length=1, max_length=255)] | None = None
+    name: Annotated[str, Field(min_length=1, max_length=255), AfterValidator(_printable)] | None = None
     description: Description | None = None
     config: dict[str, Any] | None = None
     metadata: dict[str, str | None] | None = None
@@ -136,13 +151,13 @@ class EnvironmentUpdate(_Body):
 class AgentRef(_Body):
     type: Literal["agent"]
     id: Annotated[str, Field(min_length=1)]
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Version | None = None
 
 
 class AgentWithOverrides(_Body):
     type: Literal["agent_with_overrides"]
     id: Annotated[str, Field(min_length=1)]
-    version: Annotated[int, Field(ge=1)] | None = None
+    version: Version | None = None
     model: Model | None = None
     system: SystemPrompt | None = None
     tools: list[ToolParams] | None = None

@@ -146,3 +146,27 @@ async def test_limits_and_types_in_queries(api: Api) -> None:
         await api.client.beta.sessions.list(limit=0)
     with pytest.raises(anthropic.BadRequestError):
         await api.client.beta.agents.retrieve("agent_x", version=0)
+
+
+async def test_numbers_out_of_range_and_unprintable_names_are_400(api: Api) -> None:
+    agent = await api.agent()
+    huge = 10**30
+    calls = [
+        api.client.beta.agents.update(agent.id, version=huge, name="x"),
+        api.client.beta.agents.retrieve(agent.id, extra_query={"version": huge}),
+        api.client.beta.agents.list(extra_query={"limit": huge}),
+        api.client.beta.sessions.create(
+            agent={"type": "agent", "id": agent.id, "version": huge}, environment_id=await api.environment()
+        ),
+        api.client.beta.agents.create(name="evil\u202etxt.exe", model="claude-opus-4-8"),
+        api.client.beta.agents.create(name="nul\x00byte", model="claude-opus-4-8"),
+        api.client.beta.environments.create(name="esc\x1b[31mred", config={"type": "self_hosted"}),
+    ]
+    for call in calls:
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            await call
+        assert caught.value.type == "invalid_request_error"
+    names = [a.name async for a in await api.client.beta.agents.list()]
+    assert names == [agent.name]
+    ok = await api.client.beta.agents.create(name="café 中文 — fine", model="claude-opus-4-8")
+    assert ok.name == "café 中文 — fine"
