@@ -39,6 +39,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from outpost_wire import jsonguard
 from outpost_wire.errors import ErrorCode, OutpostError
 
 __all__ = [
@@ -144,9 +145,9 @@ def verify_token(
     if not sep or not payload or not sig_part:
         raise PopError("malformed", "expected <claims>.<signature>")
     try:
-        claims = json.loads(_unb64url(payload))
+        claims = jsonguard.loads(_unb64url(payload), max_depth=4)
         signature = _unb64url(sig_part)
-    except (ValueError, binascii.Error):
+    except (ValueError, binascii.Error):  # UnicodeDecodeError and JsonTooDeep are ValueErrors
         raise PopError("malformed", "not base64url JSON") from None
     if not isinstance(claims, dict) or claims.get("v") != _VERSION or claims.get("typ") != _TYPE:
         raise PopError("malformed", "unknown token type or version")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -76,6 +77,11 @@ def test_refusals_say_why() -> None:
     assert _reason("garbage") == "malformed"
     assert _reason("a.b") == "malformed"
     assert _reason("x" * 10_000) == "malformed"
+    # Deeply nested claims (a RecursionError traceback before) and claims that are not UTF-8.
+    nested = base64.urlsafe_b64encode(b"[" * 2500).rstrip(b"=").decode()
+    assert _reason(f"{nested}.c2ln") == "malformed"
+    not_utf8 = base64.urlsafe_b64encode(b"\xff\xfe{}").rstrip(b"=").decode()
+    assert _reason(f"{not_utf8}.c2ln") == "malformed"
 
 
 def test_tampering_with_the_claims_breaks_the_signature() -> None:
