@@ -5,8 +5,10 @@ the model in a stable order (the toolset's tools in :data:`TOOLSET_ORDER`, then 
 agent's order) so that prompt caching keeps hitting. Nothing here does I/O.
 
 Toolset policies: ``always_allow`` → ``evaluated_permission: allow``; ``always_ask`` → ``ask`` (the
-call waits for ``user.tool_confirmation``); ``auto`` → ``allow`` (Outpost has no risk classifier
-yet; documented deviation). Tools the model names that the agent does not enable are ``deny``.
+call waits for ``user.tool_confirmation``); ``auto`` is evaluated per tool by a fixed, documented rule
+that never fails open: the toolset's tools that only read the workspace (``read``, ``glob``,
+``grep``: :data:`AUTO_ALLOWED_TOOLS`) are ``allow``, every other tool (``bash``, ``write``, ``edit``,
+any MCP tool) is ``ask``. Tools the model names that the agent does not enable are ``deny``.
 ``web_fetch`` / ``web_search`` (server-executed upstream) are not offered yet.
 
 MCP servers: each ``mcp_servers`` entry that an ``mcp_toolset`` refers to becomes an
@@ -25,6 +27,7 @@ from typing import Any
 from control_plane.sessions.agent_config import agent_tool_settings
 
 __all__ = [
+    "AUTO_ALLOWED_TOOLS",
     "TOOLSET_ORDER",
     "AgentSpec",
     "CustomTool",
@@ -123,12 +126,18 @@ _TOOLSET_DEFINITIONS: dict[str, dict[str, Any]] = {
     },
 }
 
-_POLICY_TO_PERMISSION = {"always_allow": "allow", "always_ask": "ask", "auto": "allow"}
+_POLICY_TO_PERMISSION = {"always_allow": "allow", "always_ask": "ask"}
 _MCP_DEFAULT_POLICY = "always_ask"
+# What ``auto`` lets through without asking: toolset tools that cannot change anything.
+AUTO_ALLOWED_TOOLS = frozenset({"read", "glob", "grep"})
 
 
-def permission_of(policy: str) -> str:
-    """The ``evaluated_permission`` of a configured policy (an unknown policy asks)."""
+def permission_of(policy: str, tool: str | None = None) -> str:
+    """The ``evaluated_permission`` of a configured policy for toolset tool ``tool`` (``None``: a
+    tool outside the toolset, e.g. an MCP tool). ``auto`` allows only :data:`AUTO_ALLOWED_TOOLS`;
+    an unknown policy asks."""
+    if policy == "auto":
+        return "allow" if tool in AUTO_ALLOWED_TOOLS else "ask"
     return _POLICY_TO_PERMISSION.get(policy, "ask")
 
 
@@ -240,7 +249,7 @@ class AgentSpec:
         """How a call of tool ``name`` is handled."""
         for tool in self.toolset:
             if tool.name == name:
-                return Permission("toolset", _POLICY_TO_PERMISSION.get(tool.policy, "ask"), tool.policy)
+                return Permission("toolset", permission_of(tool.policy, tool.name), tool.policy)
         for custom in self.custom:
             if custom.name == name:
                 return Permission("custom", "allow")

@@ -171,8 +171,9 @@ def test_a_namespaced_call_is_recorded_as_agent_mcp_tool_use() -> None:
             "mcp_server_name": "docs",
             "name": "search",
             "input": {"query": "sla"},
-            "evaluated_permission": "allow",
-            "evaluation": {"type": "auto", "evaluated_permission": {"type": "allow"}},
+            # auto never fails open: an MCP tool under it asks (only read/glob/grep are let through)
+            "evaluated_permission": "ask",
+            "evaluation": {"type": "auto", "evaluated_permission": {"type": "ask"}},
         },
     ]
     assert not events_of(log, ev.AGENT_TOOL_USE)
@@ -183,11 +184,9 @@ def test_a_namespaced_call_is_recorded_as_agent_mcp_tool_use() -> None:
     decision = decide(log)
     assert decision.effect == DispatchMcpTool(uses[0].id, "tickets", "lookup_ticket", {"id": "7"})
     log.draft(_result(uses[0].id, "open"))
-    assert decide(log).effect == DispatchMcpTool(uses[2].id, "docs", "search", {"query": "sla"})
-    log.draft(_result(uses[2].id, "SLA is 4h"))
-    # Then the ask-permission call puts the session in requires_action.
+    # Then the ask-permission calls put the session in requires_action.
     waiting = decide(log)
-    assert waiting.appends == (ev.status_idle("requires_action", [uses[1].id]),)
+    assert waiting.appends == (ev.status_idle("requires_action", [uses[1].id, uses[2].id]),)
 
 
 def test_an_unknown_name_is_a_denied_agent_tool_use() -> None:

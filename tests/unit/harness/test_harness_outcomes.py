@@ -9,7 +9,7 @@ from harness_logs import AGENT, AGENT_JSON, message, resolved_agent, text, tool_
 from pydantic import ValidationError
 
 from control_plane.harness import events as ev
-from control_plane.harness.agent import AgentSpec
+from control_plane.harness.agent import AUTO_ALLOWED_TOOLS, AgentSpec, permission_of
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.step import model_failure_events, model_output_events
 
@@ -127,6 +127,35 @@ def test_toolset_resolution_and_permissions() -> None:
         agent, message([tool_use("t", "grep", {"pattern": "x"})], "tool_use"), ["e"], "s", ZERO
     )
     assert drafts[0].payload["evaluation"] == {"type": "auto", "evaluated_permission": {"type": "allow"}}
+
+
+def test_auto_never_fails_open() -> None:
+    """``auto`` allows only the tools that cannot change anything; everything else asks."""
+    tools: list[dict[str, Any]] = [
+        {
+            "type": "agent_toolset_20260401",
+            "default_config": {"enabled": True, "permission_policy": {"type": "auto"}},
+        },
+    ]
+    agent = AgentSpec.from_json(resolved_agent("claude-x", tools))
+    permissions = {t.name: agent.permission(t.name).permission for t in agent.toolset}
+    assert permissions == {
+        "bash": "ask",
+        "read": "allow",
+        "write": "ask",
+        "edit": "ask",
+        "glob": "allow",
+        "grep": "allow",
+    }
+    assert {"read", "glob", "grep"} == AUTO_ALLOWED_TOOLS
+    assert permission_of("auto") == "ask"  # an MCP tool under auto
+    assert permission_of("auto", "bash") == "ask"
+    assert permission_of("something_new", "read") == "ask"
+    drafts = model_output_events(
+        agent, message([tool_use("t", "bash", {"command": "rm -rf /"})], "tool_use"), ["e"], "s", ZERO
+    )
+    assert drafts[0].payload["evaluated_permission"] == "ask"
+    assert drafts[0].payload["evaluation"] == {"type": "auto", "evaluated_permission": {"type": "ask"}}
 
 
 def test_tools_param_is_stable_and_copies() -> None:
