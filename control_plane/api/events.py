@@ -34,7 +34,7 @@ from control_plane.errors import InvalidRequest
 from control_plane.runner import SessionRunner
 from control_plane.sessions.events import DELTA_EVENT_TYPES, EVENT_TYPES, SessionStatus, event_json
 from control_plane.sessions.input_events import parse_input_events
-from control_plane.sessions.log import append_and_publish, read_status
+from control_plane.sessions.log import append_and_publish, check_answers, read_status
 from control_plane.store.base import Event, Order, Store
 
 __all__ = ["events_router"]
@@ -123,6 +123,7 @@ def events_router(
                 f"session {session_id!r} is terminated; it takes no more events", param="session_id"
             )
         events = parse_input_events(body.events)
+        await check_answers(store, session_id, events, "events")
         stored = await append_and_publish(store, bus, session_id, events, clock())
         await calls.wake(session_id)
         return {"data": [event_json(e) for e in stored]}

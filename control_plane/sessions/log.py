@@ -6,6 +6,8 @@
   event wins; a log without one is ``idle``. The API reports this, never the ``status`` field of
   the session body (a mirror that the API and harness keep for scans by status).
 * :func:`read_usage` is the last ``session.usage`` snapshot, or zeros.
+* :func:`check_answers` refuses tool confirmations and tool results that answer nothing the session
+  waits for: an id not in the latest ``requires_action`` idle, or one already answered since.
 """
 
 from __future__ import annotations
@@ -16,10 +18,27 @@ from datetime import datetime
 from typing import Any
 
 from control_plane.bus import EventBus
+from control_plane.errors import InvalidRequest
 from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, STATUS_EVENT_TYPES, SessionStatus
 from control_plane.store.base import Event, NewEvent, Order, Store
 
-__all__ = ["StatusView", "append_and_publish", "read_status", "read_usage", "zero_usage"]
+__all__ = [
+    "ANSWER_ID_FIELDS",
+    "StatusView",
+    "append_and_publish",
+    "check_answers",
+    "pending_answers",
+    "read_status",
+    "read_usage",
+    "zero_usage",
+]
+
+# Input events that answer a tool use the session waits for, and the field naming it.
+ANSWER_ID_FIELDS = {
+    "user.tool_confirmation": "tool_use_id",
+    "user.custom_tool_result": "custom_tool_use_id",
+    "user.tool_result": "tool_use_id",
+}
 
 
 async def append_and_publish(
@@ -70,3 +89,40 @@ async def read_usage(store: Store, session_id: str) -> dict[str, Any]:
         if isinstance(usage, dict):
             return usage
     return zero_usage()
+
+
+async def pending_answers(store: Store, session_id: str) -> frozenset[str]:
+    """The tool-use event ids the session waits on: those of its latest ``requires_action`` idle
+    (if that is its status now) that no confirmation or result has answered since."""
+    latest = await store.get_events(session_id, types=STATUS_EVENT_TYPES, order=Order.DESC, limit=1)
+    if not latest or latest[0].type != "session.status_idle":
+        return frozenset()
+    stop = latest[0].payload.get("stop_reason")
+    if not isinstance(stop, dict) or stop.get("type") != "requires_action":
+        return frozenset()
+    waiting = {str(i) for i in stop.get("event_ids") or ()}
+    answers = await store.get_events(session_id, after_seq=latest[0].seq, types=tuple(ANSWER_ID_FIELDS))
+    for answer in answers:
+        waiting.discard(str(answer.payload.get(ANSWER_ID_FIELDS[answer.type])))
+    return frozenset(waiting)
+
+
+async def check_answers(store: Store, session_id: str, events: Sequence[NewEvent], param: str) -> None:
+    """``InvalidRequest`` (nothing is written) if any event of the batch answers a tool use the
+    session does not wait on, or answers one twice: an outside runner cannot make a tool run twice
+    or put words in the mouth of a call that never happened."""
+    answering = [(i, e) for i, e in enumerate(events) if e.type in ANSWER_ID_FIELDS]
+    if not answering:
+        return
+    waiting = set(await pending_answers(store, session_id))
+    for index, event in answering:
+        field = ANSWER_ID_FIELDS[event.type]
+        target = str(event.payload.get(field))
+        where = f"{param}[{index}].{field}"
+        if target not in waiting:
+            raise InvalidRequest(
+                f"{where}: session {session_id} is not waiting for an answer to {target!r} "
+                "(unknown, not awaiting confirmation or a result, or already answered)",
+                param=where,
+            )
+        waiting.discard(target)  # a second answer in the same batch is refused too

@@ -51,8 +51,19 @@ EVERY_INPUT: list[dict[str, Any]] = [
 ]
 
 
+async def _waiting_for(api: Api, session_id: str, event_ids: list[str]) -> None:
+    """Put the session in ``requires_action`` on these tool uses, as the harness would."""
+    idle = NewEvent(
+        new_event_id(),
+        "session.status_idle",
+        {"stop_reason": {"type": "requires_action", "event_ids": event_ids}},
+    )
+    await api.store.append(session_id, [idle], datetime.now(UTC))
+
+
 async def test_send_every_input_type_and_list(api: Api) -> None:
     session = await api.session()
+    await _waiting_for(api, session.id, ["sevt_1", "sevt_2", "sevt_3", "sevt_4"])
     sent = await api.client.beta.sessions.events.send(session.id, events=EVERY_INPUT)
     assert isinstance(sent, BetaManagedAgentsSendSessionEvents)
     assert sent.data is not None
@@ -63,7 +74,7 @@ async def test_send_every_input_type_and_list(api: Api) -> None:
         assert event.processed_at is not None
     assert api.runner.wakes(session.id) == 1
 
-    listed = [e async for e in api.client.beta.sessions.events.list(session.id)]
+    listed = [e async for e in api.client.beta.sessions.events.list(session.id)][1:]  # after the idle
     assert [e.id for e in listed] == [e.id for e in sent.data]
     for event in listed:
         assert_valid(event)
@@ -174,3 +185,32 @@ async def test_send_to_terminated_or_unknown_session(api: Api) -> None:
             "sesn_nope", events=[{"type": "user.message", "content": TEXT}]
         )
     assert (await api.client.beta.sessions.retrieve(session.id)).status == "terminated"
+
+
+async def test_answers_only_for_tool_uses_the_session_waits_on(api: Api) -> None:
+    """Confirmations and tool results for unknown or already-answered ids are refused whole."""
+    events = api.client.beta.sessions.events
+    session = await api.session()
+
+    def confirm(tool_use_id: str) -> dict[str, Any]:
+        return {"type": "user.tool_confirmation", "tool_use_id": tool_use_id, "result": "allow"}
+
+    custom = {"type": "user.custom_tool_result", "custom_tool_use_id": "sevt_b", "content": TEXT}
+    with pytest.raises(anthropic.BadRequestError, match="not waiting"):  # nothing is pending
+        await events.send(session.id, events=[confirm("sevt_a")])
+    await _waiting_for(api, session.id, ["sevt_a", "sevt_b"])
+    before = await api.store.last_seq(session.id)
+    for batch in (
+        [confirm("sevt_nope")],  # unknown id
+        [confirm("sevt_a"), confirm("sevt_a")],  # the same id twice in one batch
+        [confirm("sevt_a"), confirm("sevt_zzz")],  # one bad event refuses the batch
+    ):
+        with pytest.raises(anthropic.BadRequestError, match="not waiting") as caught:
+            await events.send(session.id, events=batch)
+        assert caught.value.type == "invalid_request_error"
+    assert await api.store.last_seq(session.id) == before
+    await events.send(session.id, events=[confirm("sevt_a"), custom])
+    for again in (confirm("sevt_a"), custom):  # already answered
+        with pytest.raises(anthropic.BadRequestError, match="already answered"):
+            await events.send(session.id, events=[again])
+    assert await api.store.last_seq(session.id) == before + 2

@@ -23,8 +23,11 @@ EXPECTED = {
     "control_plane.api.sessions": {"RunnerCalls", "new_session_id", "sessions_router"},
     "control_plane.api.streaming": {"PING_FRAME", "EventStream", "SseResponse", "sse_frame"},
     "control_plane.sessions.log": {
+        "ANSWER_ID_FIELDS",
         "StatusView",
         "append_and_publish",
+        "check_answers",
+        "pending_answers",
         "read_status",
         "read_usage",
         "zero_usage",
