@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything Outpost's demo and tests need, from the project's own files. Idempotent.
-#   - a virtualenv in .venv with the package and its edge, control and dev extras
+#   - a virtualenv in .venv with the package (outpost-runtime, editable) and its edge, control and dev extras
 #   - a Docker engine (Debian's docker.io) if none answers, started in the background
 #   - the default sandbox image, built locally (no registry needed)
 # Needs root for the Docker engine and the image build (apt-get, dockerd, debootstrap).
@@ -15,8 +15,14 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! .venv/bin/python -c 'import control_plane, edge_agent, outpost_wire, grpc_tools, anthropic, docker' 2>/dev/null \
     || [ pyproject.toml -nt .venv/.outpost-installed ]; then
-    log "installing outpost[edge,control,dev] into .venv"
+    log "installing outpost-runtime[edge,control,dev] into .venv (editable)"
     .venv/bin/python -m pip install --quiet --upgrade pip
+    # Before the rename the distribution was "outpost" (an unrelated PyPI project's name): drop it
+    # from an older .venv first, so that only outpost-runtime owns the commands. -I keeps the
+    # checkout (and any stale outpost.egg-info in it) off sys.path.
+    if .venv/bin/python -I -m pip show --quiet outpost >/dev/null 2>&1; then
+        .venv/bin/python -I -m pip uninstall --quiet --yes outpost
+    fi
     .venv/bin/python -m pip install --quiet -e '.[edge,control,dev]'
     touch .venv/.outpost-installed
 fi

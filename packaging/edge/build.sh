@@ -3,9 +3,10 @@
 #
 #   packaging/edge/build.sh [TAG]            (default TAG: outpost-edge:<version>)
 #
-# Makes a wheelhouse of the project and its `edge` dependencies with the host's pip (its index, proxy
-# and CA settings), then builds packaging/edge/Dockerfile on top of outpost-sandbox:1 (built by
-# packaging/sandbox/build.sh when missing). PIP: the pip to use (default: python3 -m pip).
+# Makes a wheelhouse of the project (outpost-runtime, built from this checkout) and its `edge`
+# dependencies with the host's pip (its index, proxy and CA settings), then builds
+# packaging/edge/Dockerfile on top of outpost-sandbox:1 (built by packaging/sandbox/build.sh when
+# missing). PIP: the pip to use (default: python3 -m pip).
 set -euo pipefail
 
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -19,7 +20,12 @@ fi
 
 ctx="$(mktemp -d /var/tmp/outpost-edge-build.XXXXXX)"
 trap 'rm -rf --one-file-system "$ctx"' EXIT
-$pip wheel --quiet "$repo[edge]" -w "$ctx/wheels"
+# From a clean copy of the checkout: no stale build/ or *.egg-info of it ends up in the wheel.
+mkdir "$ctx/src"
+tar -C "$repo" --exclude='./.*' --exclude=./build --exclude=./dist --exclude='*.egg-info' \
+    --exclude=__pycache__ -cf - . | tar -C "$ctx/src" -xf -
+$pip wheel --quiet "$ctx/src[edge]" -w "$ctx/wheels"
+rm -rf --one-file-system "$ctx/src"
 cp "$repo/packaging/edge/Dockerfile" "$ctx/Dockerfile"
 docker build --quiet -t "$tag" "$ctx" >/dev/null
 echo "build.sh: built $tag"

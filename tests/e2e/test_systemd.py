@@ -1,12 +1,14 @@
-"""The systemd units under a real systemd: `systemd-analyze verify`, then packaging/install-edge.sh in
-a container running systemd as PID 1, registration through the unit's user and paths, Type=notify
-readiness, a tool call in a sibling sandbox (the host's Docker socket is mounted), and a clean drain
-on `systemctl stop`.
+"""The systemd units under a real systemd: `systemd-analyze verify`, then packaging/install-edge.sh and
+packaging/install-control.sh in a container running systemd as PID 1 (from a copy of the checkout,
+or from a wheel built from it; dependencies offline from a wheelhouse), registration through the
+unit's user and paths, Type=notify readiness, a tool call in a sibling sandbox (the host's Docker
+socket is mounted), and a clean drain on `systemctl stop`.
 
 In the first edge test the control plane runs in this process, bound to the Docker bridge gateway
 only. In the others both units run in the same container (one shared, installed box): the control
-plane under systemd (Type=notify, its model key a credential) with the edge enrolled against it, and
-the edge's watchdog killing and restarting a frozen edge."""
+plane under systemd (Type=notify, its model key a credential), first on the sample config the
+installer wrote, with the edge enrolled against it, and the edge's watchdog killing and restarting
+a frozen edge."""
 
 from __future__ import annotations
 
@@ -14,8 +16,6 @@ import asyncio
 import json
 import os
 import re
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +24,15 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.e2e.boxes import (
+    Box,
+    boot_box,
+    docker_cli,
+    old_outpost_wheel,
+    project_wheel,
+    remove_box,
+    wheelhouse,
+)
 from tests.e2e.bridge import (
     EDGE_CONFIG,
     bridge_control_plane,
@@ -35,153 +44,62 @@ from tests.e2e.conftest import REPO, text_of
 
 pytestmark = pytest.mark.docker
 
-IMAGE = "outpost-systemd-test:1"
-# Cached by Docker's layer cache: only the first build runs apt.
-DOCKERFILE = """\
-FROM outpost-sandbox:1
-USER root
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-systemd systemd-sysv dbus python3-venv && apt-get clean && rm -rf /var/lib/apt/lists/*
-RUN systemctl mask getty.target console-getty.service systemd-logind.service \
-systemd-firstboot.service systemd-networkd.service systemd-resolved.service \
-&& systemctl set-default multi-user.target
-ENV container=docker
-STOPSIGNAL SIGRTMIN+3
-CMD ["/sbin/init"]
-"""
-SYSTEMD_FLAGS = (
-    "--cap-add=SYS_ADMIN",
-    "--security-opt=seccomp=unconfined",
-    "--tmpfs=/run",
-    "--tmpfs=/run/lock",
-    "--cgroupns=host",
-    "--volume=/sys/fs/cgroup:/sys/fs/cgroup:rw",
-)
-
-
-class Box:
-    """A container running systemd as PID 1."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.environment: str | None = None  # in the control plane under systemd, once made
-        self.edge_ids: set[str] = set()  # edges enrolled there: their sandboxes go at teardown
-
-    async def sh(self, script: str, *, check: bool = True, input: bytes | None = None) -> str:
-        args = ("docker", "exec", *(("-i",) if input is not None else ()), self.name, "sh", "-c", script)
-        return await run(*args, check=check, input=input)
-
-    async def show(self, unit: str, *props: str) -> dict[str, str]:
-        out = await self.sh(f"systemctl show {unit} " + " ".join(f"-p {p}" for p in props))
-        return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-
-
-def _docker(*args: str, input: bytes | None = None, check: bool = True) -> str:
-    """``docker ARGS`` from a synchronous (module-scoped) fixture: stdout and stderr together."""
-    proc = subprocess.run(
-        ["docker", *args], input=input, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300
-    )
-    text = proc.stdout.decode(errors="replace")
-    if check and proc.returncode != 0:
-        raise AssertionError(f"docker {' '.join(args)} exited {proc.returncode}:\n{text}")
-    return text
-
-
-def _boot_box() -> Box:
-    _docker("build", "--quiet", "-t", IMAGE, "-", input=DOCKERFILE.encode())
-    name = f"outpost-e2e-systemd-{uuid.uuid4().hex[:8]}"
-    _docker(
-        "run",
-        "--detach",
-        f"--name={name}",
-        *SYSTEMD_FLAGS,
-        "--volume=/var/run/docker.sock:/var/run/docker.sock",
-        IMAGE,
-    )
-    deadline = time.monotonic() + 60
-    while True:
-        state = _docker("exec", name, "systemctl", "is-system-running", check=False).strip()
-        if state in ("running", "degraded"):
-            # systemd makes / shared on a host, not in a container; credentials (LoadCredential=)
-            # are mounted from a child namespace and need it.
-            _docker("exec", name, "mount", "--make-rshared", "/")
-            return Box(name)
-        if time.monotonic() > deadline:
-            _docker("rm", "--force", "--volumes", name, check=False)
-            raise AssertionError(f"systemd in {name} did not boot: {state}")
-        time.sleep(0.2)
-
-
-def _remove_box(box: Box) -> None:
-    """The box, and the sandboxes (siblings on this engine) of the edges enrolled in it."""
-    for edge_id in box.edge_ids:
-        label = f"label=outpost.edge_id={edge_id}"
-        for container in _docker("ps", "-aq", "--filter", label).split():
-            _docker("rm", "--force", container, check=False)
-        for volume in _docker("volume", "ls", "-q", "--filter", label).split():
-            _docker("volume", "rm", "--force", volume, check=False)
-    _docker("rm", "--force", "--volumes", box.name, check=False)
-
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One wheelhouse for the module: the project with its ``edge`` and ``control`` extras."""
-    dest = tmp_path_factory.mktemp("wheels")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--quiet", f"{REPO}[edge,control]", "-w", str(dest)],
-        check=True,
-        capture_output=True,
-    )
-    return dest
+    """One wheelhouse for the module: the project, its ``edge`` and ``control`` extras, setuptools."""
+    return wheelhouse(tmp_path_factory.mktemp("wheels"))
 
 
 @pytest.fixture
 def box(docker_client: object) -> Iterator[Box]:
     """A fresh box, nothing installed."""
-    b = _boot_box()
+    b = boot_box()
     try:
         yield b
     finally:
-        _remove_box(b)
+        remove_box(b)
 
 
 @pytest.fixture(scope="module")
 def installed_box(docker_client: object, wheels: Path) -> Iterator[Box]:
-    """One box shared by the tests below: the units copied to /src, the package (both extras)
-    installed with packaging/install-edge.sh, the edge's config written. Tests leave it usable."""
-    b = _boot_box()
+    """One box shared by the tests below: the packaging files copied to /src, the package (both
+    extras, from its wheel) installed with packaging/install-edge.sh and install-control.sh, the
+    edge's config written. Tests leave it usable."""
+    b = boot_box()
     try:
         for rel in _UNIT_FILES:
-            _docker("exec", b.name, "mkdir", "-p", f"/src/{Path(rel).parent}")
-            _docker("cp", str(REPO / rel), f"{b.name}:/src/{rel}")
-        _docker("cp", str(wheels), f"{b.name}:/src/wheels")
+            docker_cli("exec", b.name, "mkdir", "-p", f"/src/{Path(rel).parent}")
+            docker_cli("cp", str(REPO / rel), f"{b.name}:/src/{rel}")
+        docker_cli("cp", str(wheels), f"{b.name}:/src/wheels")
         gid = os.stat("/var/run/docker.sock").st_gid
-        _docker(
+        source = f"--wheel /src/wheels/{project_wheel(wheels).name} --wheels /src/wheels"
+        docker_cli(
             "exec",
             b.name,
             "sh",
             "-c",
-            f"groupadd --gid {gid} docker && /src/packaging/install-edge.sh --wheels /src/wheels "
-            "--package 'outpost[edge,control]'",
+            f"groupadd --gid {gid} docker && /src/packaging/install-edge.sh {source}"
+            f" && (umask 077 && echo {MODEL_KEY} > /root/model-key)"
+            f" && /src/packaging/install-control.sh {source} --model-api-key-file /root/model-key"
+            " && rm /root/model-key",
         )
         config = yaml.safe_dump(EDGE_CONFIG).encode()
-        _docker("exec", "-i", b.name, "sh", "-c", "cat > /etc/outpost-edge/config.yaml", input=config)
+        docker_cli("exec", "-i", b.name, "sh", "-c", "cat > /etc/outpost-edge/config.yaml", input=config)
         yield b
     finally:
-        _remove_box(b)
+        remove_box(b)
 
 
 _UNIT_FILES = (
+    "packaging/install-lib.sh",
     "packaging/install-edge.sh",
+    "packaging/install-control.sh",
+    "packaging/config/edge.yaml",
+    "packaging/config/control.yaml",
     "systemd/outpost-edge.service",
     "systemd/outpost-control.service",
 )
-
-
-async def _copy_units(box: Box) -> None:
-    await box.sh("mkdir -p /src/packaging /src/systemd")
-    for rel in _UNIT_FILES:
-        await run("docker", "cp", str(REPO / rel), f"{box.name}:/src/{rel}")
 
 
 async def test_units_verify_clean_under_systemd(installed_box: Box) -> None:
@@ -194,12 +112,37 @@ async def test_units_verify_clean_under_systemd(installed_box: Box) -> None:
 
 
 async def test_edge_under_systemd_ready_serves_and_drains(box: Box, wheels: Path, tmp_path: Path) -> None:
-    await _copy_units(box)
-    await run("docker", "cp", str(wheels), f"{box.name}:/src/wheels")
+    # From the checkout, as documented: the script builds the wheel of the checkout it sits in.
+    await box.copy_checkout("/src")
+    await run("docker", "cp", str(wheels), f"{box.name}:/wheels")
+    # An older install left a distribution named "outpost" owning the command: it is replaced.
+    old = old_outpost_wheel(tmp_path)
+    await run("docker", "cp", str(old), f"{box.name}:/root/{old.name}")
+    await box.sh(
+        f"python3 -m venv /opt/outpost && /opt/outpost/bin/pip install -q --no-index /root/{old.name}"
+    )
     gid = os.stat("/var/run/docker.sock").st_gid
-    await box.sh(f"groupadd --gid {gid} docker && /src/packaging/install-edge.sh --wheels /src/wheels")
+    out = await box.sh(f"groupadd --gid {gid} docker && /src/packaging/install-edge.sh --wheels /wheels")
+    assert "installed outpost-runtime" in out and "removed the distribution 'outpost'" in out, out
+    assert "outpost-runtime" in await box.sh("/opt/outpost/bin/pip list 2>/dev/null")
+    assert await box.sh("/opt/outpost/bin/pip show outpost", check=False) == (
+        "WARNING: Package(s) not found: outpost\n"
+    )
     assert (await box.sh("systemctl is-enabled outpost-edge")).strip() == "enabled"
-    await box.sh("cat > /etc/outpost-edge/config.yaml", input=yaml.safe_dump(EDGE_CONFIG).encode())
+    # The sample config, comments only, as installed; a second run keeps an edited config.
+    sample = (REPO / "packaging/config/edge.yaml").read_text()
+    assert await box.sh("cat /etc/outpost-edge/config.yaml") == sample
+    assert (await box.sh("stat -c '%U:%G %a' /etc/outpost-edge/config.yaml")).split() == [
+        "root:outpost-edge",
+        "640",
+    ]
+    await box.sh("echo '# edited' >> /etc/outpost-edge/config.yaml")
+    out = await box.sh("/src/packaging/install-edge.sh --wheels /wheels")
+    assert "kept /etc/outpost-edge/config.yaml" in out, out
+    assert (await box.sh("tail -1 /etc/outpost-edge/config.yaml")).strip() == "# edited"
+    assert await box.sh("/usr/local/bin/outpost-edge check-config --config /etc/outpost-edge/config.yaml")
+    # The edge runs on that config as installed: the shipped defaults (sandboxes named outpost-*,
+    # removed with the box by their edge's label).
 
     async with bridge_control_plane(tmp_path / "cp") as (_cp, api, environment):
         token = await enrollment_token(api, environment)
@@ -208,7 +151,9 @@ async def test_edge_under_systemd_ready_serves_and_drains(box: Box, wheels: Path
             "/src/packaging/install-edge.sh register --control-plane "
             f"{_cp.http_url} --token-file /root/enroll-token --ca-fingerprint {token['ca_fingerprint']}"
         )
-        assert "registered edge" in out, out
+        registered = re.search(r"registered edge (\S+)", out)
+        assert registered, out
+        box.edge_ids.add(registered[1])
         mode = await box.sh("stat -c '%U %a' /var/lib/outpost-edge /var/lib/outpost-edge/identity")
         assert mode.split()[:2] == ["outpost-edge", "700"], mode
 
@@ -273,19 +218,9 @@ async def _systemctl(box: Box, command: str, units: str) -> None:
     await box.sh(f"systemctl {command} {units} || {{ journalctl {journals} --no-pager | tail -60; exit 1; }}")
 
 
-async def _install_control_plane(box: Box) -> None:
-    """The control plane's install, by hand as docs/operations.md describes it (idempotent)."""
-    await box.sh(
-        "id -u outpost-control >/dev/null 2>&1 || useradd --system --user-group "
-        "--home-dir /var/lib/outpost-control --no-create-home --shell /usr/sbin/nologin outpost-control"
-        " && ln -sf /opt/outpost/bin/outpost-control /usr/local/bin/outpost-control"
-        " && install -d -m 0750 -o root -g outpost-control /etc/outpost-control"
-        " && install -m 0640 -o root -g outpost-control /dev/null /etc/outpost-control/config.yaml"
-        " && (umask 077 && cat > /etc/outpost-control/anthropic-api-key)"
-        " && install -m 0644 /src/systemd/outpost-control.service /etc/systemd/system/"
-        " && systemctl daemon-reload",
-        input=MODEL_KEY.encode(),
-    )
+async def _configure_control_plane(box: Box) -> None:
+    """The test's settings over the sample config packaging/install-control.sh wrote (idempotent):
+    faster heartbeats and drain, a longer wait for an edge."""
     await box.sh("cat > /etc/outpost-control/config.yaml", input=yaml.safe_dump(CONTROL_CONFIG).encode())
 
 
@@ -309,7 +244,7 @@ async def _enrolled_edge(box: Box) -> str:
     """The control plane active under systemd and the edge enrolled there (whatever ran before in
     this box); the environment's id."""
     if box.environment is None:
-        await _install_control_plane(box)
+        await _configure_control_plane(box)
         await _systemctl(box, "start", "outpost-control")
         await _enroll_edge(box)
     await _systemctl(box, "start", "outpost-control")
@@ -323,7 +258,26 @@ async def _echo(box: Box, environment: str, session: str) -> str:
 
 async def test_control_plane_under_systemd_ready_serves_an_edge_and_stops(installed_box: Box) -> None:
     box = installed_box
-    await _install_control_plane(box)
+    # As installed: the sample config (comments only: the defaults) and the key credential.
+    sample = (REPO / "packaging/config/control.yaml").read_text()
+    assert await box.sh("cat /etc/outpost-control/config.yaml") == sample
+    modes = await box.sh(
+        "stat -c '%n %U:%G %a' /etc/outpost-control/config.yaml /etc/outpost-control/anthropic-api-key"
+        " /var/lib/outpost-control"
+    )
+    assert modes.splitlines() == [
+        "/etc/outpost-control/config.yaml root:outpost-control 640",
+        "/etc/outpost-control/anthropic-api-key root:root 600",
+        "/var/lib/outpost-control outpost-control:outpost-control 700",
+    ], modes
+    assert (await box.sh("systemctl is-enabled outpost-control")).strip() == "enabled"
+    await _systemctl(box, "start", "outpost-control")
+    await box.sh(
+        "python3 -c 'import urllib.request as u; u.urlopen(\"http://127.0.0.1:8080/healthz\", timeout=2)'"
+    )
+    await _systemctl(box, "stop", "outpost-control")
+
+    await _configure_control_plane(box)
     # Type=notify: `systemctl start` returns only after READY=1, sent once the API and the tunnel
     # listen: the API answers at once, no retry.
     await _systemctl(box, "start", "outpost-control")
