@@ -2,8 +2,9 @@
 handlers share once the edge is authenticated.
 
 Three tasks run until the connection closes: a reader feeding frames to ``conn.receive``, the
-connection's writer, and a timer for heartbeats. On return the connection is closed and the last
-frames it queued (an error frame, a drain) were given a moment to go out.
+connection's writer, and its timer (``conn.timer``: heartbeats and the edge's liveness). On return
+the connection is closed and the last frames it queued (an error frame, a drain) were given a
+moment to go out.
 """
 
 from __future__ import annotations
@@ -40,16 +41,17 @@ async def pump(
     edge_id = conn.edge_id
     writer = asyncio.create_task(conn.writer(write), name=f"tunnel-writer-{edge_id}")
     reader = asyncio.create_task(_read(conn, read, broken), name=f"tunnel-reader-{edge_id}")
-    timer = asyncio.create_task(_timer(conn), name=f"tunnel-timer-{edge_id}")
+    conn.timer.start()
     try:
         await conn.closed.wait()
     finally:
         # Flush what the session queued last (an error frame, a drain) before ending.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(writer, timeout=_FLUSH_TIMEOUT_S)
-        for task in (writer, reader, timer):
+        await conn.timer.close()
+        for task in (writer, reader):
             task.cancel()
-        await asyncio.gather(writer, reader, timer, return_exceptions=True)
+        await asyncio.gather(writer, reader, return_exceptions=True)
         conn.close(ErrorCode.UNAVAILABLE, "stream ended")
 
 
@@ -65,9 +67,3 @@ async def _read(conn: EdgeConnection, read: ReadFrame, broken: tuple[type[BaseEx
     except broken as exc:
         log.info("tunnel to edge %s broke: %s", conn.edge_id, exc)
     conn.close(ErrorCode.UNAVAILABLE, "stream ended")
-
-
-async def _timer(conn: EdgeConnection) -> None:
-    while not conn.closed.is_set():
-        delay = conn.tick()
-        await asyncio.sleep(delay)

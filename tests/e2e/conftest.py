@@ -140,6 +140,8 @@ async def control_plane(
         "data_dir": tmp_path / "cp",
         "http_port": 0,
         "tunnel_port": 0,
+        # Short heartbeats, leases and grace periods: these tests see in seconds what the defaults
+        # show in a minute. The defaults themselves: test_shipped_defaults.py, test_soak_smoke.py.
         "heartbeat_interval_s": 1.0,
         "heartbeat_timeout_s": 5.0,
         "drain_grace_s": 2.0,
@@ -206,7 +208,7 @@ def enroll(control_plane: ControlPlane, api: Api, tmp_path: Path) -> Callable[..
             "state_dir": str(state_dir),
             "name": f"e2e-edge-{counter}",
             "sandbox": {"idle_pause_s": idle_pause_s, "name_prefix": NAME_PREFIX},
-            "connection": {
+            "connection": {  # short timings, as in the control_plane fixture (see there why)
                 "heartbeat_interval_s": 1.0,
                 "heartbeat_timeout_s": 5.0,
                 "backoff_initial_s": 0.2,

@@ -1,21 +1,29 @@
 """Observability end to end: the edge's /readyz follows the tunnel, /metrics on both sides count a
-tool call, and ``outpost-edge doctor`` passes against a live control plane and says what to fix
-against a stopped one."""
+tool call (parsed with prometheus_client's parser; process and build info on both, no series name
+shared), the provisioning histogram times a cold start and a resume from paused in real Docker,
+``/status`` and ``outpost-edge status`` describe a running edge, and ``outpost-edge doctor`` passes
+against a live control plane and says what to fix against a stopped one."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from control_plane.server import ControlPlane
 from edge_agent.daemon import EdgeAgent
+from outpost_wire.version import SOFTWARE_VERSION
 from tests.e2e.conftest import REPO, Api, EnrolledEdge, text_of
+from tests.e2e.relay import SilentRelay
 
 pytestmark = pytest.mark.docker
 
@@ -103,62 +111,8 @@ async def test_readyz_follows_the_control_plane(
         took = await _within(f"{base}/readyz", 200, FLIP_S)
         print(f"ready {took:.1f} s after the control plane came back")
         text = await _metrics(f"{base}/metrics")
-        assert "outpost_edge_tunnel_up 1" in text
-        assert "outpost_edge_tunnel_reconnects_total 1" in text
-
-
-class SilentRelay:
-    """A TCP relay between the edge and the control plane's tunnel port that can go silent the way
-    a lost network path does: connections already open stay open but carry nothing (no FIN, no
-    RST), new ones are refused. ``restore`` brings the path back for new connections."""
-
-    def __init__(self, target_port: int) -> None:
-        self._target_port = target_port
-        self._up = asyncio.Event()
-        self._up.set()
-        self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.port = 0
-
-    async def __aenter__(self) -> SilentRelay:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    def go_silent(self) -> None:
-        self._up.clear()
-
-    def restore(self) -> None:
-        self._up.set()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self._up.is_set():
-            writer.close()  # nothing answers any more
-            return
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
-        for src, dst in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pipe(src, dst))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                await self._up.wait()  # silent: hold every byte, close nothing
-                dst.write(data)
-                await dst.drain()
-        except (ConnectionError, OSError):
-            pass
-        finally:
-            if self._up.is_set():
-                dst.close()
+        assert _value(text, "outpost_edge_tunnel_up") == 1
+        assert _value(text, "outpost_edge_tunnel_reconnects_total") == 1
 
 
 async def test_readyz_follows_a_silent_network_loss_with_default_settings(
@@ -176,7 +130,7 @@ async def test_readyz_follows_a_silent_network_loss_with_default_settings(
             environment,
             extra={
                 "control_plane": {"tunnel_address": f"127.0.0.1:{relay.port}"},
-                "connection": {},  # the defaults: heartbeats 3 s / 9 s, backoff 1 s up to 8 s
+                "connection": {},  # the defaults: heartbeats 3 s / 7.5 s, backoff 1 s up to 8 s
                 "observability": {"listen": "127.0.0.1:0"},
             },
         )
@@ -202,6 +156,15 @@ async def _metrics(url: str, headers: dict[str, str] | None = None) -> str:
     return response.text
 
 
+def _value(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample of a scrape (parsed with prometheus_client's own parser), or None."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
 async def test_metrics_on_both_sides_count_a_tool_call(
     control_plane: ControlPlane, api: Api, environment: str, observed_edge: EdgeAgent
 ) -> None:
@@ -210,22 +173,37 @@ async def test_metrics_on_both_sides_count_a_tool_call(
     assert text_of(result).strip() == "hi"
 
     edge_text = await _metrics(f"{observed_edge.observe.url}/metrics")
-    assert 'outpost_edge_tool_calls_total{tool="bash",outcome="ok"} 1' in edge_text
-    assert 'outpost_edge_tool_call_duration_seconds_count{tool="bash",outcome="ok"} 1' in edge_text
-    assert 'outpost_edge_tool_call_duration_seconds_bucket{tool="bash",outcome="ok",le="+Inf"} 1' in edge_text
-    assert "outpost_edge_sandboxes_live 1" in edge_text
-    assert "outpost_edge_tunnel_up 1" in edge_text
+    ok = {"tool": "bash", "outcome": "ok"}
+    assert _value(edge_text, "outpost_edge_tool_calls_total", **ok) == 1
+    assert _value(edge_text, "outpost_edge_tool_call_duration_seconds_count", **ok) == 1
+    assert _value(edge_text, "outpost_edge_tool_call_duration_seconds_bucket", **ok, le="+Inf") == 1
+    assert _value(edge_text, "outpost_edge_sandboxes_live") == 1
+    assert _value(edge_text, "outpost_edge_tunnel_up") == 1
+    assert _value(edge_text, "outpost_edge_revoked") == 0
+    cold = _value(edge_text, "outpost_edge_sandbox_provision_duration_seconds_count", kind="cold")
+    assert cold == 1  # the call made the session's sandbox: one cold provision, timed
+    assert _value(edge_text, "outpost_edge_build_info", version=SOFTWARE_VERSION) == 1
+    assert (_value(edge_text, "process_resident_memory_bytes") or 0) > 0
+    assert (_value(edge_text, "process_open_fds") or 0) > 0
 
     edge_id = observed_edge.edge_id
     cp_url = f"{control_plane.http_url}/metrics"
     async with httpx.AsyncClient(timeout=5.0) as client:
         assert (await client.get(cp_url)).status_code == 401  # an API key, like the other routes
     cp_text = await _metrics(cp_url, {"authorization": f"Bearer {control_plane.admin_key()}"})
-    assert f'outpost_tool_calls_total{{edge_id="{edge_id}",tool="bash",outcome="ok"}} 1' in cp_text
-    assert 'outpost_tool_call_duration_seconds_count{tool="bash",outcome="ok"} 1' in cp_text
-    assert f'outpost_edge_connected{{edge_id="{edge_id}",environment_id="{environment}"}} 1' in cp_text
-    assert f'outpost_edge_connections_total{{edge_id="{edge_id}"}} 1' in cp_text
-    assert f'outpost_edge_requests_in_flight{{edge_id="{edge_id}"}} 0' in cp_text
+    assert _value(cp_text, "outpost_tool_calls_total", edge_id=edge_id, **ok) == 1
+    assert _value(cp_text, "outpost_tool_call_duration_seconds_count", **ok) == 1
+    edge = {"edge_id": edge_id}
+    assert _value(cp_text, "outpost_control_edge_connected", **edge, environment_id=environment) == 1
+    assert _value(cp_text, "outpost_control_edge_connections_total", **edge) == 1
+    assert _value(cp_text, "outpost_control_edge_requests_in_flight", **edge) == 0
+    assert _value(cp_text, "outpost_control_edge_sandbox_capacity", **edge) == 8  # the default policy
+    assert _value(cp_text, "outpost_control_build_info", version=SOFTWARE_VERSION) == 1
+    assert (_value(cp_text, "process_cpu_seconds_total") or 0) > 0
+    # The control plane's per-edge series no longer share names with the edge's own series.
+    edge_names = {f.name for f in text_string_to_metric_families(edge_text) if f.name.startswith("outpost_")}
+    cp_names = {f.name for f in text_string_to_metric_families(cp_text) if f.name.startswith("outpost_")}
+    assert not edge_names & cp_names, edge_names & cp_names
     await api.post("/v1/sandboxes/destroy", {"environment_id": environment, "session_id": "s-metrics"})
 
 
@@ -257,3 +235,84 @@ async def test_doctor_passes_then_names_the_tcp_fix(
     assert "FAIL tcp: cannot connect to" in out, out
     assert "fix: nothing listens on" in out, out
     assert "SKIP tls" in out, out
+
+
+async def _sandbox_state(docker_client: object, session_id: str) -> str:
+    def state() -> str:
+        found = docker_client.containers.list(  # type: ignore[attr-defined]
+            all=True, filters={"label": f"outpost.session_id={session_id}"}
+        )
+        return str(found[0].status) if found else "gone"
+
+    return await asyncio.to_thread(state)
+
+
+async def test_provisioning_latency_cold_then_resume(
+    control_plane: ControlPlane,
+    api: Api,
+    environment: str,
+    enroll,  # type: ignore[no-untyped-def]
+    run_edge,  # type: ignore[no-untyped-def]
+    docker_client: object,
+) -> None:
+    # idle_pause_s 1 s (not 60): the sandbox pauses between the two calls, so the second resumes it.
+    edge = await enroll(environment, idle_pause_s=1.0, extra=_edge_extra())
+    agent = await run_edge(edge)
+    assert agent.observe is not None
+    metrics_url = f"{agent.observe.url}/metrics"
+    first = await api.exec(environment, "s-resume", "bash", {"command": "echo one"})
+    assert text_of(first).strip() == "one"
+    deadline = time.monotonic() + 60
+    while await _sandbox_state(docker_client, "s-resume") != "paused":
+        assert time.monotonic() < deadline, "the idle sandbox was not paused"
+        await asyncio.sleep(0.2)
+    second = await api.exec(environment, "s-resume", "bash", {"command": "echo two"})
+    assert text_of(second).strip() == "two"
+
+    text = await _metrics(metrics_url)
+    name = "outpost_edge_sandbox_provision_duration_seconds"
+    assert _value(text, f"{name}_count", kind="cold") == 1
+    assert _value(text, f"{name}_count", kind="resume") == 1
+    cold_s = _value(text, f"{name}_sum", kind="cold") or 0.0
+    resume_s = _value(text, f"{name}_sum", kind="resume") or 0.0
+    assert resume_s > 0 and cold_s > 0
+    print(f"provisioning: cold {cold_s * 1000:.0f} ms, resume from paused {resume_s * 1000:.1f} ms")
+    await api.post("/v1/sandboxes/destroy", {"environment_id": environment, "session_id": "s-resume"})
+
+
+async def test_status_of_a_running_edge_and_the_cli(
+    control_plane: ControlPlane, observed_edge: EdgeAgent, tmp_path: Path
+) -> None:
+    assert observed_edge.observe is not None
+    base = observed_edge.observe.url
+    async with httpx.AsyncClient(base_url=base, timeout=5.0) as client:
+        doc = (await client.get("/status")).json()
+        # A keep-alive scraper's figures (printed, not asserted): no ~40 ms stall per request.
+        took = []
+        for _ in range(20):
+            started = time.perf_counter()
+            assert (await client.get("/metrics")).status_code == 200
+            took.append((time.perf_counter() - started) * 1000)
+    took.sort()
+    print(f"edge /metrics over keep-alive: median {took[10]:.1f} ms, max {took[-1]:.1f} ms")
+    assert doc["state"] == "connected" and doc["connected"] is True
+    assert doc["edge_id"] == observed_edge.edge_id
+    assert doc["control_plane_id"] == control_plane.id
+    assert doc["control_plane"] == control_plane.tunnel_address and doc["transport"] == "grpc"
+    assert doc["revoked"] is False and doc["sandbox_capacity"] == 8 and doc["version"] == SOFTWARE_VERSION
+
+    # `outpost-edge status` reads the same document from the address in its config.
+    edge: EnrolledEdge = observed_edge.enrolled  # type: ignore[attr-defined]
+    config = yaml.safe_load(edge.config_path.read_text())
+    config["observability"] = {"listen": f"127.0.0.1:{observed_edge.observe.port}"}
+    config_path = tmp_path / "status-config.yaml"
+    config_path.write_text(yaml.safe_dump(config))
+    env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "edge_agent.cli", "status", "--config", str(config_path), "-o", "json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=REPO, env=env,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    shown = json.loads(out)
+    assert shown["edge_id"] == doc["edge_id"] and shown["state"] == "connected"
