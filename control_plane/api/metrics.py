@@ -1,17 +1,26 @@
-"""The control plane's metrics and its ``GET /metrics`` route (Prometheus text format).
+"""The control plane's metrics and its ``GET /metrics`` route (Prometheus exposition).
 
-``/metrics`` needs an API key like every other route, unless the config says
+``/metrics`` needs an admin API key (the series span every environment), unless the config says
 ``metrics_public: true`` (for a scraper on a trusted network; the series carry edge and
-environment ids, no secrets). Series:
+environment ids, no secrets). The registry is this process's own ``prometheus_client``
+``CollectorRegistry`` (:func:`outpost_wire.metrics.daemon_registry`), never the global one. Series:
 
-Per edge (``edge_id``; an edge seen since start keeps its series after it disconnects):
+This process: ``outpost_control_build_info{version}``, ``outpost_control_plane_info{control_plane_id,
+version}``, and the process's own ``process_*`` (CPU, resident memory, open fds, start time) and
+``python_*`` series.
 
-* ``outpost_edge_connected{edge_id,environment_id}`` 1 while its tunnel is up, else 0
-* ``outpost_edge_connections_total{edge_id}``, ``outpost_edge_reconnects_total{edge_id}``
-  (handshakes, and handshakes after the first one since this process started)
-* ``outpost_edge_requests_in_flight{edge_id}`` requests waiting on the edge now
-* ``outpost_edge_sandboxes_reported{edge_id}``, ``outpost_edge_sandbox_capacity{edge_id}``
-  (sandboxes in use and capacity as the edge reported at its last handshake)
+Per edge, as this control plane sees it (``edge_id``; an edge seen since start keeps its series
+after it disconnects). They are named ``outpost_control_edge_*``, apart from the edge's own
+``outpost_edge_*`` series, which may mean something else (the edge's own in-flight count, say):
+
+* ``outpost_control_edge_connected{edge_id,environment_id}`` 1 while its tunnel is up, else 0
+* ``outpost_control_edge_connections_total{edge_id}``,
+  ``outpost_control_edge_reconnects_total{edge_id}`` (handshakes, and handshakes after the first
+  one since this process started)
+* ``outpost_control_edge_requests_in_flight{edge_id}`` requests waiting on the edge now
+* ``outpost_control_edge_sandboxes_reported{edge_id}``,
+  ``outpost_control_edge_sandbox_capacity{edge_id}`` (sandboxes in use as the edge last reported,
+  and capacity as it reported at its handshake; live edges only)
 
 Sessions and their calls:
 
@@ -19,6 +28,8 @@ Sessions and their calls:
 * ``outpost_tool_calls_total{edge_id,tool,outcome}`` and
   ``outpost_tool_call_duration_seconds{tool,outcome}`` (histogram): tool calls through the
   edge gateway (MCP calls through edges count as ``tool="mcp"``)
+* ``outpost_sandbox_moves_total{from_edge_id}`` sessions whose sandbox was made anew on another
+  edge because theirs was gone
 * ``outpost_model_requests_total{model,outcome}``,
   ``outpost_model_request_duration_seconds{model,outcome}`` (histogram),
   ``outpost_model_tokens_total{model,type}`` (``input``, ``output``, ``cache_creation_input``,
@@ -38,17 +49,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from typing import Any
 
-from fastapi import APIRouter, Depends, Response
+from fastapi import APIRouter, Depends, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from control_plane.errors import ControlPlaneError, EdgeUnavailable
 from control_plane.harness.model import ModelClient, ModelError, StreamEvent
 from control_plane.tunnel import EdgeConnection, EdgeGateway, EdgeRegistry, SandboxMove
 from outpost_wire.errors import OutpostError, RemoteError
 from outpost_wire.logfmt import log_context
-from outpost_wire.metrics import CONTENT_TYPE, Registry
+from outpost_wire.metrics import DEFAULT_BUCKETS, daemon_registry, exposition
 from outpost_wire.results import ToolResult
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -67,91 +81,56 @@ _MAX_MODEL_LABEL = 64
 
 
 class ControlPlaneMetrics:
-    """The control plane's series (see the module docstring); :meth:`bind` the live parts."""
+    """The control plane's series (see the module docstring), in its own ``prometheus_client``
+    registry; :meth:`bind` the live parts."""
 
-    def __init__(self, control_plane_id: str = "", registry: Registry | None = None) -> None:
-        self.registry = registry or Registry()
+    def __init__(self, control_plane_id: str = "", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry if registry is not None else daemon_registry("outpost_control_build")
+        self.control_plane_id = control_plane_id
         self._edges: EdgeRegistry | None = None
         self._sessions: Callable[[], int] = lambda: 0
         self._environments: dict[str, str] = {}  # edge id -> environment id, for edges seen
         self._connections: dict[str, int] = {}
         r = self.registry
-        r.gauge_func(
-            "outpost_control_plane_info",
-            "This control plane process: its id and software version.",
-            ("control_plane_id", "version"),
-            lambda: {(control_plane_id, SOFTWARE_VERSION): 1.0},
-        )
-        r.gauge_func(
-            "outpost_edge_connected",
-            "1 while the edge's tunnel is up, 0 after it went away.",
-            ("edge_id", "environment_id"),
-            self._connected,
-        )
-        r.counter_func(
-            "outpost_edge_connections_total",
-            "Tunnel handshakes completed by the edge since this process started.",
-            ("edge_id",),
-            lambda: {(e,): float(n) for e, n in self._connections.items()},
-        )
-        r.counter_func(
-            "outpost_edge_reconnects_total",
-            "Handshakes of the edge after its first one since this process started.",
-            ("edge_id",),
-            lambda: {(e,): float(max(0, n - 1)) for e, n in self._connections.items()},
-        )
-        r.gauge_func(
-            "outpost_edge_requests_in_flight",
-            "Requests sent to (or waiting for) the edge and not answered yet.",
-            ("edge_id",),
-            self._in_flight,
-        )
-        r.gauge_func(
-            "outpost_edge_sandboxes_reported",
-            "Sandboxes in use on the edge, as it reported at its last handshake.",
-            ("edge_id",),
-            lambda: self._hello_figure("sandboxes_in_use"),
-        )
-        r.gauge_func(
-            "outpost_edge_sandbox_capacity",
-            "Sandboxes the edge's policy allows, as it reported at its last handshake.",
-            ("edge_id",),
-            lambda: self._hello_figure("sandbox_capacity"),
-        )
-        r.gauge_func(
-            "outpost_sessions_active",
-            "Sessions with a running harness task in this process.",
-            (),
-            lambda: {(): float(self._sessions())},
-        )
-        self.tool_calls = r.counter(
-            "outpost_tool_calls_total",
+        r.register(_LiveFigures(self))
+        self.tool_calls = Counter(
+            "outpost_tool_calls",
             "Tool calls through the edge gateway, by edge, tool and outcome.",
             ("edge_id", "tool", "outcome"),
+            registry=r,
         )
-        self.tool_latency = r.histogram(
+        self.tool_latency = Histogram(
             "outpost_tool_call_duration_seconds",
             "Time from the gateway's call to its answer, by tool and outcome.",
             ("tool", "outcome"),
+            buckets=DEFAULT_BUCKETS,
+            registry=r,
         )
-        self.sandbox_moves = r.counter(
-            "outpost_sandbox_moves_total",
+        self.sandbox_moves = Counter(
+            "outpost_sandbox_moves",
             "Sessions whose sandbox was made anew on another edge because theirs was gone, by the "
             "edge they left.",
             ("from_edge_id",),
+            registry=r,
         )
-        self.model_requests = r.counter(
-            "outpost_model_requests_total", "Model requests, by model and outcome.", ("model", "outcome")
+        self.model_requests = Counter(
+            "outpost_model_requests",
+            "Model requests, by model and outcome.",
+            ("model", "outcome"),
+            registry=r,
         )
-        self.model_latency = r.histogram(
+        self.model_latency = Histogram(
             "outpost_model_request_duration_seconds",
             "Time to stream a complete model response, by model and outcome.",
             ("model", "outcome"),
+            buckets=DEFAULT_BUCKETS,
+            registry=r,
         )
-        self.model_tokens = r.counter(
-            "outpost_model_tokens_total",
+        self.model_tokens = Counter(
+            "outpost_model_tokens",
             "Tokens of finished model requests, by model and type.",
             ("model", "type"),
+            registry=r,
         )
 
     def bind(
@@ -167,22 +146,65 @@ class ControlPlaneMetrics:
         self._environments[conn.edge_id] = conn.environment_id
         self._connections[conn.edge_id] = self._connections.get(conn.edge_id, 0) + 1
 
-    def _connected(self) -> Mapping[tuple[str, ...], float]:
-        live = {c.edge_id for c in self._edges.all_connections() if c.is_open} if self._edges else set()
-        return {(e, env): 1.0 if e in live else 0.0 for e, env in self._environments.items()}
+    def live_families(self) -> Iterator[Metric]:
+        """The series read at scrape time: this process, its sessions, and one set per edge seen."""
+        info = GaugeMetricFamily(
+            "outpost_control_plane_info",
+            "This control plane process: its id and software version.",
+            labels=["control_plane_id", "version"],
+        )
+        info.add_metric([self.control_plane_id, SOFTWARE_VERSION], 1.0)
+        yield info
+        sessions = GaugeMetricFamily(
+            "outpost_sessions_active", "Sessions with a running harness task in this process."
+        )
+        sessions.add_metric([], float(self._sessions()))
+        yield sessions
 
-    def _in_flight(self) -> Mapping[tuple[str, ...], float]:
-        counts = dict.fromkeys(self._environments, 0.0)
-        if isinstance(self._edges, MeteredEdgeRegistry):
-            for edge_id, n in self._edges.in_flight_by_edge().items():
-                counts[edge_id] = float(n)
-        return {(e,): n for e, n in counts.items()}
-
-    def _hello_figure(self, name: str) -> Mapping[tuple[str, ...], float]:
-        out: dict[tuple[str, ...], float] = {}
-        for status in self._edges.statuses() if self._edges else []:
-            out[(status.edge_id,)] = float(getattr(status, name))
-        return out
+        edges = self._edges
+        live = {c.edge_id for c in edges.all_connections() if c.is_open} if edges is not None else set()
+        in_flight = edges.in_flight_by_edge() if isinstance(edges, MeteredEdgeRegistry) else {}
+        statuses = {s.edge_id: s for s in edges.statuses()} if edges is not None else {}
+        connected = GaugeMetricFamily(
+            "outpost_control_edge_connected",
+            "1 while the edge's tunnel to this control plane is up, 0 after it went away.",
+            labels=["edge_id", "environment_id"],
+        )
+        connections = CounterMetricFamily(
+            "outpost_control_edge_connections",
+            "Tunnel handshakes completed by the edge with this process since it started.",
+            labels=["edge_id"],
+        )
+        reconnects = CounterMetricFamily(
+            "outpost_control_edge_reconnects",
+            "Handshakes of the edge after its first one with this process.",
+            labels=["edge_id"],
+        )
+        requests = GaugeMetricFamily(
+            "outpost_control_edge_requests_in_flight",
+            "Requests this control plane sent to (or holds for) the edge, not answered yet.",
+            labels=["edge_id"],
+        )
+        for edge_id, environment_id in sorted(self._environments.items()):
+            n = self._connections.get(edge_id, 0)
+            connected.add_metric([edge_id, environment_id], 1.0 if edge_id in live else 0.0)
+            connections.add_metric([edge_id], float(n))
+            reconnects.add_metric([edge_id], float(max(0, n - 1)))
+            requests.add_metric([edge_id], float(in_flight.get(edge_id, 0)))
+        reported = GaugeMetricFamily(
+            "outpost_control_edge_sandboxes_reported",
+            "Sandboxes in use on the edge, as it last reported.",
+            labels=["edge_id"],
+        )
+        capacity = GaugeMetricFamily(
+            "outpost_control_edge_sandbox_capacity",
+            "Sandboxes the edge's policy allows, as it reported at its last handshake.",
+            labels=["edge_id"],
+        )
+        for edge_id, status in sorted(statuses.items()):
+            reported.add_metric([edge_id], float(status.sandboxes_in_use))
+            capacity.add_metric([edge_id], float(status.sandbox_capacity))
+        yield from (connected, connections, reconnects, requests, reported, capacity)
 
     # -- calls ------------------------------------------------------------------------------------
     def tool_call(self, edge_id: str | None, tool: str, outcome: str, seconds: float) -> None:
@@ -199,8 +221,22 @@ class ControlPlaneMetrics:
             if isinstance(value, int) and value > 0:
                 self.model_tokens.labels(model, kind).inc(value)
 
-    def render(self) -> str:
-        return self.registry.render()
+    def render(self, accept: str | None = None) -> tuple[bytes, str]:
+        """``(body, content type)`` of a scrape (OpenMetrics when ``accept`` asks for it)."""
+        return exposition(self.registry, accept)
+
+
+class _LiveFigures(Collector):
+    """The series :class:`ControlPlaneMetrics` reads from the live parts at each scrape."""
+
+    def __init__(self, metrics: ControlPlaneMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        return self._metrics.live_families()
+
+    def describe(self) -> Iterator[Metric]:
+        return self._metrics.live_families()
 
 
 def _outcome_of_error(exc: BaseException) -> str:
@@ -349,7 +385,8 @@ def metrics_router(metrics: ControlPlaneMetrics, auth: Callable[..., Any] | None
     router = APIRouter(dependencies=[Depends(auth)] if auth is not None else [])
 
     @router.get("/metrics", include_in_schema=False)
-    async def get_metrics() -> Response:
-        return Response(content=metrics.render(), media_type=CONTENT_TYPE)
+    async def get_metrics(request: Request) -> Response:
+        body, content_type = metrics.render(request.headers.get("accept"))
+        return Response(content=body, headers={"content-type": content_type})
 
     return router

@@ -6,6 +6,9 @@ import asyncio
 
 import httpx
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 import edge_agent.observe as observe
 from edge_agent.config import EdgeConfig, ObservabilityConfig, load_config
@@ -14,10 +17,21 @@ from edge_agent.observe import EdgeMetrics, ObserveServer, outcome_label
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Execute, Failure, McpCall, Outcome, Provision, Provisioned, Request
 from outpost_wire.results import ToolResult
+from outpost_wire.version import SOFTWARE_VERSION
 
 
 def test_exports() -> None:
-    assert set(observe.__all__) == {"EdgeMetrics", "MeteredHandler", "ObserveServer", "outcome_label"}
+    assert set(observe.__all__) == {
+        "PROVISION_KINDS",
+        "EdgeMetrics",
+        "MeteredHandler",
+        "ObserveServer",
+        "outcome_label",
+    }
+
+
+def _families(text: str) -> dict[str, Metric]:
+    return {f.name: f for f in text_string_to_metric_families(text)}
 
 
 async def test_endpoints() -> None:
@@ -26,31 +40,65 @@ async def test_endpoints() -> None:
     def readiness() -> tuple[bool, str]:
         return state["ready"], "ready" if state["ready"] else "not ready: tunnel backing_off"
 
+    metrics = EdgeMetrics(edge_id="edge_1", tools=("bash",))
     async with (
-        ObserveServer("127.0.0.1", 0, render=lambda: "m 1\n", readiness=readiness) as server,
+        ObserveServer(
+            "127.0.0.1", 0, registry=metrics.registry, readiness=readiness, status=lambda: {"state": "idle"}
+        ) as server,
         httpx.AsyncClient(base_url=server.url) as client,
     ):
         assert server.port != 0
         r = await client.get("/metrics")
-        assert r.status_code == 200 and r.text == "m 1\n"
+        assert r.status_code == 200
         assert r.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+        assert "outpost_edge_tunnel_up" in _families(r.text)
+        r = await client.get("/metrics", headers={"accept": "application/openmetrics-text"})
+        assert r.headers["content-type"].startswith("application/openmetrics-text")
         assert (await client.get("/healthz")).status_code == 200
         r = await client.get("/readyz")
         assert r.status_code == 503 and "backing_off" in r.text
         state["ready"] = True
         assert (await client.get("/readyz?verbose=1")).status_code == 200
+        r = await client.get("/status")
+        assert r.status_code == 200 and r.json() == {"state": "idle"}
+        assert r.headers["content-type"] == "application/json"
         assert (await client.get("/nope")).status_code == 404
-        assert (await client.post("/metrics")).status_code == 405
-        r = await client.head("/metrics")
+        r = await client.post("/metrics")
+        assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+        r = await client.head("/healthz")
         assert r.status_code == 200 and r.content == b""
+    # closed: nothing listens any more
+    with pytest.raises(httpx.ConnectError):
+        async with httpx.AsyncClient() as client:
+            await client.get(f"{server.url}/healthz")
 
 
-async def test_garbage_and_silence_are_closed() -> None:
-    async with ObserveServer("127.0.0.1", 0, render=str, readiness=lambda: (True, "")) as server:
+async def test_garbage_gets_a_400_and_the_server_lives_on() -> None:
+    metrics = EdgeMetrics(edge_id="e", tools=())
+    async with ObserveServer(
+        "127.0.0.1", 0, registry=metrics.registry, readiness=lambda: (True, "")
+    ) as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
         writer.write(b"NONSENSE\r\n\r\n")
-        assert (await reader.read()).startswith(b"HTTP/1.1 400")
+        assert (await asyncio.wait_for(reader.read(), 10)).startswith(b"HTTP/1.1 400")
         writer.close()
+        async with httpx.AsyncClient(base_url=server.url) as client:
+            assert (await client.get("/status")).status_code == 404  # no status source given
+            assert (await client.get("/healthz")).status_code == 200
+
+
+async def test_a_taken_port_raises_and_close_is_idempotent() -> None:
+    metrics = EdgeMetrics(edge_id="e", tools=())
+    async with ObserveServer(
+        "127.0.0.1", 0, registry=metrics.registry, readiness=lambda: (True, "")
+    ) as first:
+        second = ObserveServer(
+            "127.0.0.1", first.port, registry=metrics.registry, readiness=lambda: (True, "")
+        )
+        with pytest.raises(OSError):
+            await second.start()
+        await second.close()
+    await first.close()
 
 
 class _Handler:
@@ -81,14 +129,39 @@ async def test_metered_handler_counts_by_tool_and_outcome() -> None:
     denied = metrics.instrument(_Handler(Failure(ErrorCode.POLICY_DENIED, "no")))
     await denied.handle(_request(McpCall(server="wiki", tool="search", arguments_json="{}")))
     await metrics.instrument(_Handler(Provisioned("sb", "img", False))).handle(_request(Provision()))
-    assert metrics.tool_calls.value("bash", "ok") == 1
-    assert metrics.tool_calls.value("other", "ok") == 1
-    assert metrics.mcp_calls.value("wiki", "policy_denied") == 1
-    assert metrics.sandbox_ops.value("provision", "ok") == 1
-    text = metrics.registry.render()
-    assert 'outpost_edge_tool_call_duration_seconds_count{tool="bash",outcome="ok"} 1' in text
-    assert 'outpost_edge_info{edge_id="edge_1",version=' in text
-    assert "outpost_edge_tunnel_up 0" in text
+    value = metrics.registry.get_sample_value
+    assert value("outpost_edge_tool_calls_total", {"tool": "bash", "outcome": "ok"}) == 1
+    assert value("outpost_edge_tool_calls_total", {"tool": "other", "outcome": "ok"}) == 1
+    assert value("outpost_edge_mcp_calls_total", {"server": "wiki", "outcome": "policy_denied"}) == 1
+    assert value("outpost_edge_sandbox_operations_total", {"op": "provision", "outcome": "ok"}) == 1
+    families = _families(generate_latest(metrics.registry).decode())
+    (count,) = [
+        s
+        for s in families["outpost_edge_tool_call_duration_seconds"].samples
+        if s.name.endswith("_count") and s.labels == {"tool": "bash", "outcome": "ok"}
+    ]
+    assert count.value == 1
+    (info,) = families["outpost_edge_info"].samples
+    assert info.labels["edge_id"] == "edge_1" and info.value == 1
+    assert families["outpost_edge_tunnel_up"].samples[0].value == 0
+    assert families["outpost_edge_revoked"].samples[0].value == 0
+    assert families["outpost_edge_build_info"].samples[0].labels == {"version": SOFTWARE_VERSION}
+    assert "process_resident_memory_bytes" in families
+    assert families["outpost_edge_certificate_expiry_timestamp_seconds"].samples == []  # not bound yet
+
+
+def test_provisioning_histogram_by_kind() -> None:
+    metrics = EdgeMetrics(edge_id="e", tools=())
+    metrics.sandbox_provisioned("cold", 0.8)
+    metrics.sandbox_provisioned("resume", 0.004)
+    metrics.sandbox_provisioned("sideways", 1.0)  # an unknown kind cannot add series
+    name = "outpost_edge_sandbox_provision_duration_seconds"
+    value = metrics.registry.get_sample_value
+    assert value(f"{name}_count", {"kind": "cold"}) == 1
+    assert value(f"{name}_bucket", {"kind": "cold", "le": "0.5"}) == 0
+    assert value(f"{name}_bucket", {"kind": "cold", "le": "1.0"}) == 1
+    assert value(f"{name}_bucket", {"kind": "resume", "le": "0.005"}) == 1
+    assert value(f"{name}_count", {"kind": "other"}) == 1
 
 
 async def test_metered_handler_counts_a_cancelled_call() -> None:
@@ -100,7 +173,8 @@ async def test_metered_handler_counts_a_cancelled_call() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert metrics.tool_calls.value("bash", "cancelled") == 1
+    labels = {"tool": "bash", "outcome": "cancelled"}
+    assert metrics.registry.get_sample_value("outpost_edge_tool_calls_total", labels) == 1
     assert handler.cancel("req_9") and inner.cancelled == ["req_9"]
 
 
