@@ -7,13 +7,17 @@ Checks, in order (a check that cannot run because an earlier one failed is ``SKI
     certificate  the client certificate is valid now, for at least 14 more days, and not overdue for
                  its automatic renewal (else WARN)
     docker       the engine answers, and the policy's default sandbox image is present
-    proxy        which proxy the tunnel goes through (gRPC reads grpc_proxy / https_proxy /
-                 http_proxy and no_grpc_proxy / no_proxy, lower case only), and that it lets
-                 CONNECT through
-    dns          the tunnel host resolves
-    tcp          a TCP connection to the tunnel opens (through the proxy when there is one)
-    tls          the mTLS handshake with this edge's identity; the server's certificate is issued
-                 by the pinned CA and names the host (or control_plane.tls_server_name)
+    proxy        the routes the link dials (gRPC tunnel address, WebSocket URL) and the proxy each
+                 goes through: the link's own resolution (``Dialer`` routes: connection.proxy_url,
+                 else https_proxy / HTTPS_PROXY minus no_proxy / NO_PROXY), not a second one
+    dns          the first route's host (or its proxy) resolves
+    tcp          a TCP connection to it opens (through that proxy when there is one)
+    tls          for the gRPC tunnel: the mTLS handshake with this edge's identity; the server's
+                 certificate is issued by the pinned CA and names the host (or
+                 control_plane.tls_server_name)
+    tunnel       a real authenticated hello, dialled exactly as the running edge dials (the same
+                 ``Dialer``, routes, proxy and transport choice): the control plane welcomes it, or
+                 refuses this edge (revoked, unknown: FAIL, re-enroll), or cannot be reached
     clock        skew against the control plane's HTTP ``Date`` header (WARN > 5 s, FAIL > 5 min,
                  the CA's backdating); without a URL, against the server certificate's validity
 
@@ -24,8 +28,8 @@ Every network probe goes through :class:`Probes`, so unit tests substitute fakes
 from __future__ import annotations
 
 import asyncio
+import base64
 import enum
-import ipaddress
 import socket
 import ssl
 import urllib.parse
@@ -40,21 +44,29 @@ from typing import Protocol, TextIO
 from cryptography import x509
 
 from edge_agent.config import EdgeConfig
-from edge_agent.errors import EdgeError
+from edge_agent.connection.dialer import Dialer, Route, endpoint_routes, endpoints_for
+from edge_agent.connection.probe import HelloAnswer, probe_hello
+from edge_agent.connection.proxy import ProxyConfig
+from edge_agent.connection.selection import TransportKind
+from edge_agent.connection.transport import TransportError
+from edge_agent.errors import ConfigError, EdgeError
 from edge_agent.identity import IDENTITY_DIR, Identity
 from edge_agent.renew import RenewalSchedule, spread_for
+from outpost_wire.admission import PROBE_CAPABILITY
+from outpost_wire.frames import PROTOCOL_VERSION, Hello
+from outpost_wire.session import SessionConfig
+from outpost_wire.version import SOFTWARE_VERSION
 
 __all__ = [
     "CERT_WARN_DAYS",
     "CheckResult",
     "Doctor",
+    "HelloAnswer",
     "ProbeError",
     "Probes",
-    "Proxy",
     "Status",
     "SystemProbes",
     "print_report",
-    "tunnel_proxy",
 ]
 
 CERT_WARN_DAYS = 14
@@ -81,22 +93,15 @@ class CheckResult:
     fix: str = ""
 
 
-@dataclass(frozen=True, slots=True)
-class Proxy:
-    """An HTTP proxy the tunnel goes through (``CONNECT host:port``)."""
-
-    host: str
-    port: int
-    source: str  # the environment variable it came from
-
-
 class ProbeError(Exception):
     """A probe failed; ``kind`` says how (``refused``, ``timeout``, ``unreachable``, ``dns``,
-    ``verify``, ``rejected``, ``proxy``, ``tls``, ``docker``, ``image``, ``http``)."""
+    ``verify``, ``rejected``, ``proxy``, ``tls``, ``docker``, ``image``, ``http``; for the hello:
+    ``revoked`` (a final refusal, ``reason`` names it), ``unauthenticated``, ``tunnel``)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, reason: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.reason = reason
 
 
 class Probes(Protocol):
@@ -106,13 +111,13 @@ class Probes(Protocol):
 
     def resolve(self, host: str, port: int) -> list[str]: ...
 
-    def tcp(self, host: str, port: int, proxy: Proxy | None) -> None: ...
+    def tcp(self, host: str, port: int, proxy: ProxyConfig | None) -> None: ...
 
     def tls(
         self,
         host: str,
         port: int,
-        proxy: Proxy | None,
+        proxy: ProxyConfig | None,
         *,
         server_name: str,
         ca_pem: bytes,
@@ -130,47 +135,9 @@ class Probes(Protocol):
         """The ``Date`` header of a GET of ``url`` (None if there is none)."""
         ...
 
-
-def tunnel_proxy(host: str, env: Mapping[str, str]) -> Proxy | None:
-    """The proxy gRPC would use to reach ``host``, by its rules (lower-case variables only)."""
-    for name in ("grpc_proxy", "https_proxy", "http_proxy"):
-        value = env.get(name, "").strip()
-        if value:
-            break
-    else:
-        return None
-    no_proxy = env.get("no_grpc_proxy", "") or env.get("no_proxy", "")
-    if _bypassed(host, no_proxy):
-        return None
-    parts = urllib.parse.urlsplit(value if "://" in value else f"http://{value}")
-    if not parts.hostname:
-        return None
-    return Proxy(parts.hostname, parts.port or 80, name)
-
-
-def _bypassed(host: str, no_proxy: str) -> bool:
-    for entry in (e.strip().lower() for e in no_proxy.split(",")):
-        if not entry:
-            continue
-        if entry == "*":
-            return True
-        entry = entry.lstrip(".")
-        if host.lower() == entry or host.lower().endswith("." + entry):
-            return True
-        with_net = "/" in entry
-        try:
-            if with_net and ipaddress.ip_address(host) in ipaddress.ip_network(entry, strict=False):
-                return True
-        except ValueError:
-            continue
-    return False
-
-
-def _split_address(address: str) -> tuple[str, int]:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise ValueError(f"{address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    def hello(self, config: EdgeConfig, identity: Identity, env: Mapping[str, str]) -> HelloAnswer:
+        """An authenticated probe hello, dialled as the edge's link dials (``Dialer.for_config``)."""
+        ...
 
 
 class Doctor:
@@ -187,39 +154,46 @@ class Doctor:
         results.append(check)
         results.append(self._certificate(identity))
         results.append(self._docker())
-        address = self.config.control_plane.tunnel_address or (identity.tunnel_address if identity else None)
-        if not address:
+        try:
+            # The link's own endpoints and routes (edge_agent.connection.dialer): one code path.
+            endpoint = endpoints_for(self.config, identity)[0]
+            routes = endpoint_routes(endpoint, self.config.connection, self.env)
+        except ConfigError as exc:
             results.append(
                 CheckResult(
-                    "tunnel",
+                    "proxy",
                     Status.FAIL,
-                    "no tunnel address: neither the config nor the identity names one",
-                    "set control_plane.tunnel_address: HOST:PORT in the config",
+                    str(exc),
+                    "correct the config (docs/configuration.md), or register this edge: "
+                    "outpost-edge register --control-plane URL --token-file FILE",
                 )
             )
-            return [*results, *(CheckResult(n, Status.SKIP, "no tunnel address") for n in _NET)]
-        try:
-            host, port = _split_address(address)
-        except ValueError as exc:
-            results.append(
-                CheckResult("tunnel", Status.FAIL, str(exc), "write control_plane.tunnel_address HOST:PORT")
-            )
-            return [*results, *(CheckResult(n, Status.SKIP, "no valid tunnel address") for n in _NET)]
-        proxy, check = self._proxy(host, port)
-        results.append(check)
-        ok_so_far = check.status is not Status.FAIL
-        results.append(self._dns(host, port, proxy) if ok_so_far else _skip("dns", "the proxy check failed"))
-        ok_so_far = ok_so_far and results[-1].status is not Status.FAIL
-        results.append(self._tcp(host, port, proxy) if ok_so_far else _skip("tcp", "an earlier check failed"))
+            return [*results, *(_skip(n, "no usable control-plane address") for n in _NET[1:])]
+        results.append(self._proxy(routes))
+        first = routes[0]
+        results.append(self._dns(first))
+        ok_so_far = results[-1].status is not Status.FAIL
+        results.append(self._tcp(first) if ok_so_far else _skip("tcp", "an earlier check failed"))
         ok_so_far = ok_so_far and results[-1].status is not Status.FAIL
         server_cert: x509.Certificate | None = None
-        if not ok_so_far:
+        if first.kind is not TransportKind.GRPC:
+            results.append(
+                _skip("tls", "no gRPC tunnel address: the tunnel check covers the WebSocket's TLS")
+            )
+        elif not ok_so_far:
             results.append(_skip("tls", "no TCP connection to the tunnel"))
         elif identity is None:
             results.append(_skip("tls", "no usable identity"))
         else:
-            check, server_cert = self._tls(host, port, proxy, identity)
+            check, server_cert = self._tls(first, identity)
             results.append(check)
+            ok_so_far = check.status is not Status.FAIL
+        if identity is None:
+            results.append(_skip("tunnel", "no usable identity"))
+        elif not ok_so_far:
+            results.append(_skip("tunnel", "an earlier network check failed"))
+        else:
+            results.append(self._tunnel(identity))
         results.append(self._clock(identity, server_cert))
         return results
 
@@ -310,60 +284,61 @@ class Doctor:
             )
         return CheckResult("docker", Status.OK, f"engine answers; sandbox image {image} is present")
 
-    # -- network ----------------------------------------------------------------------------------
-    def _proxy(self, host: str, port: int) -> tuple[Proxy | None, CheckResult]:
-        proxy = tunnel_proxy(host, self.env)
-        upper = [n for n in ("HTTPS_PROXY", "HTTP_PROXY") if self.env.get(n)]
-        if proxy is None:
-            if upper and not any(self.env.get(n.lower()) for n in upper):
-                return None, CheckResult(
-                    "proxy",
-                    Status.WARN,
-                    f"{upper[0]} is set, but the tunnel (gRPC) only reads lower-case variables: "
-                    f"it connects to {host}:{port} directly",
-                    f"if the tunnel must go through the proxy, also set {upper[0].lower()}",
-                )
-            text = f"no proxy: the tunnel connects to {host}:{port} directly"
-            return None, CheckResult("proxy", Status.OK, text)
-        text = f"the tunnel goes through proxy {proxy.host}:{proxy.port} (from {proxy.source})"
-        return proxy, CheckResult("proxy", Status.OK, text)
+    # -- network ---------------------------------------------------------------------------------
+    def _proxy(self, routes: list[Route]) -> CheckResult:
+        parts = []
+        for route in routes:
+            via = f"through proxy {route.proxy.redacted}" if route.proxy else "directly"
+            parts.append(f"{route.kind.value} to {route.target} {via} ({route.proxy_source})")
+        text = "; ".join(parts)
+        plain = [n for n in ("http_proxy", "HTTP_PROXY") if self.env.get(n)]
+        if plain and not any(r.proxy for r in routes) and self.config.connection.proxy_url is None:
+            return CheckResult(
+                "proxy",
+                Status.WARN,
+                f"{text}; {plain[0]} is set, but the tunnel uses only https_proxy / HTTPS_PROXY",
+                "if the tunnel must go through that proxy, set connection.proxy_url (or https_proxy)",
+            )
+        return CheckResult("proxy", Status.OK, text)
 
-    def _dns(self, host: str, port: int, proxy: Proxy | None) -> CheckResult:
-        name = proxy.host if proxy else host
+    def _dns(self, route: Route) -> CheckResult:
+        proxy = route.proxy
+        name = proxy.host if proxy else route.host
         try:
-            addresses = self.probes.resolve(name, proxy.port if proxy else port)
+            addresses = self.probes.resolve(name, proxy.port if proxy else route.port)
         except ProbeError as exc:
             if proxy is not None:
-                fix = f"check the proxy's name in {proxy.source}"
+                fix = f"check the proxy's name in {route.proxy_source}"
                 return CheckResult("dns", Status.FAIL, f"cannot resolve the proxy {name}: {exc}", fix)
             return CheckResult(
                 "dns",
                 Status.FAIL,
                 f"cannot resolve {name}: {exc}",
-                "check the host in control_plane.tunnel_address and this host's DNS (/etc/resolv.conf)",
+                "check the control plane's host in the config (control_plane) and this host's DNS "
+                "(/etc/resolv.conf)",
             )
         what = "the proxy " if proxy else ""
         return CheckResult("dns", Status.OK, f"{what}{name} resolves to {', '.join(addresses[:4])}")
 
-    def _tcp(self, host: str, port: int, proxy: Proxy | None) -> CheckResult:
+    def _tcp(self, route: Route) -> CheckResult:
+        host, port = route.host, route.port
         try:
-            self.probes.tcp(host, port, proxy)
+            self.probes.tcp(host, port, route.proxy)
         except ProbeError as exc:
-            fix = _tcp_fix(exc, host, port, proxy)
+            fix = _tcp_fix(exc, route)
             return CheckResult("tcp", Status.FAIL, f"cannot connect to {host}:{port}: {exc}", fix)
-        via = f" through proxy {proxy.host}:{proxy.port}" if proxy else ""
+        via = f" through proxy {route.proxy.redacted}" if route.proxy else ""
         return CheckResult("tcp", Status.OK, f"connected to {host}:{port}{via}")
 
-    def _tls(
-        self, host: str, port: int, proxy: Proxy | None, identity: Identity
-    ) -> tuple[CheckResult, x509.Certificate | None]:
+    def _tls(self, route: Route, identity: Identity) -> tuple[CheckResult, x509.Certificate | None]:
+        host, port = route.host, route.port
         server_name = self.config.control_plane.tls_server_name or host
         directory = self.config.state_dir / IDENTITY_DIR
         try:
             der = self.probes.tls(
                 host,
                 port,
-                proxy,
+                route.proxy,
                 server_name=server_name,
                 ca_pem=identity.ca_pem,
                 cert_file=directory / "edge.crt",
@@ -390,6 +365,40 @@ class Doctor:
                 f"the pinned CA (valid until {cert.not_valid_after_utc:%Y-%m-%d})",
             ),
             cert,
+        )
+
+    def _tunnel(self, identity: Identity) -> CheckResult:
+        try:
+            answer = self.probes.hello(self.config, identity, self.env)
+        except ProbeError as exc:
+            if exc.kind == "revoked":
+                words = (exc.reason or "refused").replace("_", " ")
+                return CheckResult(
+                    "tunnel",
+                    Status.FAIL,
+                    f"the control plane refuses this edge ({identity.edge_id}): {words}",
+                    "re-enroll: ask the operator for a new enrollment token (outpost-control tokens "
+                    f"create --environment {identity.environment_id}), then outpost-edge register "
+                    "--force --control-plane URL --token-file FILE --config CONFIG; the running "
+                    "edge has stopped (exit code 3) and stays stopped until then",
+                )
+            if exc.kind == "unauthenticated":
+                fix = (
+                    "check this host's clock (timedatectl set-ntp true); if the refusal stays, "
+                    "re-enroll this edge"
+                )
+            else:
+                fix = (
+                    "the running edge dials the same way and fails the same way: check the "
+                    "address, proxy and TLS checks above, and the control plane's log"
+                )
+            return CheckResult("tunnel", Status.FAIL, f"no authenticated hello: {exc}", fix)
+        over = f" over {answer.transport.value}" if answer.transport is not None else ""
+        return CheckResult(
+            "tunnel",
+            Status.OK,
+            f"authenticated hello answered{over} by control plane {answer.control_plane_id} "
+            f"(version {answer.software_version}) in {answer.took_s:.2f} s",
         )
 
     def _clock(self, identity: Identity | None, server_cert: x509.Certificate | None) -> CheckResult:
@@ -426,30 +435,31 @@ class Doctor:
         return CheckResult("clock", Status.WARN, f"{reason}; clock not checked", "")
 
 
-_NET = ("proxy", "dns", "tcp", "tls", "clock")
+_NET = ("proxy", "dns", "tcp", "tls", "tunnel", "clock")
 
 
 def _skip(name: str, why: str) -> CheckResult:
     return CheckResult(name, Status.SKIP, f"not checked: {why}")
 
 
-def _tcp_fix(exc: ProbeError, host: str, port: int, proxy: Proxy | None) -> str:
+def _tcp_fix(exc: ProbeError, route: Route) -> str:
+    host, port, proxy = route.host, route.port, route.proxy
     if exc.kind == "proxy":
         return (
             f"the proxy refused CONNECT to {host}:{port}: allow it there, or add {host} to no_proxy "
             "if the edge may connect directly"
         )
     if proxy is not None and exc.kind in ("refused", "timeout", "unreachable"):
-        return f"the proxy {proxy.host}:{proxy.port} is not reachable: check {proxy.source}"
+        return f"the proxy {proxy.redacted} is not reachable: check {route.proxy_source}"
     if exc.kind == "refused":
         return (
             f"nothing listens on {host}:{port}: start the control plane (outpost-control serve), or "
-            "correct control_plane.tunnel_address"
+            "correct the control plane's address in the config"
         )
     if exc.kind == "timeout":
         return (
             f"no answer from {host}:{port}: a firewall probably drops the traffic; allow outbound TCP to "
-            "it, or go through a proxy (https_proxy)"
+            "it, or go through a proxy (connection.proxy_url or https_proxy)"
         )
     return f"no route to {host}:{port}: check this host's network and the address"
 
@@ -472,7 +482,7 @@ class SystemProbes:
             raise ProbeError("dns", exc.strerror or str(exc)) from None
         return sorted({str(info[4][0]) for info in infos})
 
-    def _open(self, host: str, port: int, proxy: Proxy | None) -> socket.socket:
+    def _open(self, host: str, port: int, proxy: ProxyConfig | None) -> socket.socket:
         target = (proxy.host, proxy.port) if proxy else (host, port)
         try:
             sock = socket.create_connection(target, timeout=self.timeout_s)
@@ -486,20 +496,20 @@ class SystemProbes:
             raise ProbeError("unreachable", exc.strerror or str(exc)) from None
         if proxy is not None:
             try:
-                _connect_through(sock, host, port)
+                _connect_through(sock, host, port, proxy)
             except BaseException:
                 sock.close()
                 raise
         return sock
 
-    def tcp(self, host: str, port: int, proxy: Proxy | None) -> None:
+    def tcp(self, host: str, port: int, proxy: ProxyConfig | None) -> None:
         self._open(host, port, proxy).close()
 
     def tls(
         self,
         host: str,
         port: int,
-        proxy: Proxy | None,
+        proxy: ProxyConfig | None,
         *,
         server_name: str,
         ca_pem: bytes,
@@ -558,6 +568,9 @@ class SystemProbes:
         except EdgeError as exc:
             raise ProbeError("docker", str(exc)) from None
 
+    def hello(self, config: EdgeConfig, identity: Identity, env: Mapping[str, str]) -> HelloAnswer:
+        return _probe_hello(config, identity, env)
+
     def http_date(self, url: str) -> datetime | None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https"):
@@ -576,14 +589,49 @@ class SystemProbes:
             return None
 
 
+def _probe_hello(config: EdgeConfig, identity: Identity, env: Mapping[str, str]) -> HelloAnswer:
+    """The real hello (:class:`SystemProbes`): the edge's own dialer, remembering nothing."""
+    try:
+        dialer = Dialer.for_config(
+            config,
+            identity,
+            max_frame_bytes=SessionConfig().max_frame_bytes,
+            env=env,
+            remember=False,  # the doctor may run as another user: leave the state directory alone
+        )
+    except ConfigError as exc:
+        raise ProbeError("tunnel", str(exc)) from None
+    hello = Hello(
+        edge_id=identity.edge_id,
+        software_version=SOFTWARE_VERSION,
+        protocol_version=PROTOCOL_VERSION,
+        capabilities=(PROBE_CAPABILITY,),
+        policy_digest=config.load_policy().digest(),
+        sandbox_capacity=0,
+        sandboxes_in_use=0,
+        environment_id=identity.environment_id,
+    )
+    try:
+        return asyncio.run(probe_hello(dialer, hello, answer_timeout_s=config.connection.connect_timeout_s))
+    except TransportError as exc:
+        if exc.refusal is not None:
+            raise ProbeError("revoked", str(exc), reason=exc.refusal) from None
+        raise ProbeError("unauthenticated" if exc.unauthenticated else "tunnel", str(exc)) from None
+
+
 def _rejected(exc: ssl.SSLError) -> ProbeError:
     return ProbeError("rejected", f"the server refused this edge's certificate ({exc.reason})")
 
 
-def _connect_through(sock: socket.socket, host: str, port: int) -> None:
-    """Ask an HTTP proxy for a tunnel to ``host:port`` on ``sock``."""
+def _connect_through(sock: socket.socket, host: str, port: int, proxy: ProxyConfig) -> None:
+    """Ask an HTTP proxy for a tunnel to ``host:port`` on ``sock`` (with the proxy URL's
+    credentials, as the link's transports send them)."""
     target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    auth = ""
+    if proxy.username is not None:
+        basic = base64.b64encode(f"{proxy.username}:{proxy.password or ''}".encode()).decode()
+        auth = f"Proxy-Authorization: Basic {basic}\r\n"
+    sock.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n".encode())
     reply = b""
     try:
         while b"\r\n\r\n" not in reply and len(reply) < 8192:

@@ -26,6 +26,17 @@ against the system's trust store instead, as without a pin; the CA in the answer
 against the pin. A certificate that neither verifies is refused before the token is sent.
 
 The token is a credential: it is sent once, never logged and never written to disk.
+
+Errors::
+
+    EnrollmentError              registration failed (the message says why)
+    ├── EnrollmentRefused        the control plane refused the token (unknown, expired, used), or
+    │                            its CA is not the pinned one: retrying will not help
+    └── EnrollmentUnreachable    the control plane could not be reached
+
+:func:`render_config` and :func:`write_config` make the edge's ``config.yaml`` from the identity
+(``outpost-edge register --write-config PATH``): commented, with the control plane's URL, tunnel
+address and the state directory filled in.
 """
 
 from __future__ import annotations
@@ -33,11 +44,14 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hmac
+import json
 import logging
+import os
 import re
 import ssl
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 from cryptography import x509
@@ -45,8 +59,20 @@ from cryptography.hazmat.primitives import hashes
 
 from edge_agent.errors import EdgeError
 from edge_agent.identity import Identity, IdentityError, generate_key_and_csr
+from outpost_wire.files import write_atomic
 
-__all__ = ["EnrollmentError", "normalize_fingerprint", "register"]
+__all__ = [
+    "EnrollmentError",
+    "EnrollmentRefused",
+    "EnrollmentUnreachable",
+    "check_config_target",
+    "config_is_empty",
+    "normalize_fingerprint",
+    "normalize_url",
+    "register",
+    "render_config",
+    "write_config",
+]
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +94,37 @@ class EnrollmentError(EdgeError):
         super().__init__(message)
         self.status_code = status_code
         self.error_type = error_type
+
+
+class EnrollmentRefused(EnrollmentError):
+    """The control plane refused the enrollment (token unknown, expired or used), or its CA is not
+    the pinned one: retrying with the same input will not help."""
+
+
+class EnrollmentUnreachable(EnrollmentError):
+    """The control plane could not be reached (DNS, connection, TLS, timeout)."""
+
+
+def normalize_url(value: str) -> str:
+    """The control plane's API base URL, checked: ``http(s)://host[:port][/path]``, no trailing
+    slash. Raises :class:`EnrollmentError` naming what is wrong."""
+    text = value.strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number or out of range
+    except ValueError as exc:
+        raise EnrollmentError(f"control plane URL {value!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https"):
+        raise EnrollmentError(
+            f"control plane URL {value!r} must start with https:// or http://, e.g. https://outpost.example.com:8080"
+        )
+    if not parts.hostname:
+        raise EnrollmentError(f"control plane URL {value!r} names no host")
+    if parts.query or parts.fragment or parts.username is not None:
+        raise EnrollmentError(
+            f"control plane URL {value!r} must not carry credentials, a query or a fragment"
+        )
+    return text.rstrip("/")
 
 
 def normalize_fingerprint(value: str) -> str:
@@ -104,7 +161,7 @@ async def register(
         raise EnrollmentError(
             f"{state_dir} already holds an edge identity; remove it or pass overwrite to replace it"
         )
-    base_url = control_plane_url.rstrip("/")
+    base_url = normalize_url(control_plane_url)
     if pin is None and base_url.startswith("http://"):
         log.warning("enrolling over plain HTTP without a CA fingerprint pin: the CA is trusted on first use")
 
@@ -134,7 +191,7 @@ async def register(
         raise EnrollmentError("control plane answered with an unreadable CA certificate") from None
     got = ca_cert.fingerprint(hashes.SHA256()).hex()
     if pin is not None and not hmac.compare_digest(got, pin):
-        raise EnrollmentError(
+        raise EnrollmentRefused(
             f"CA fingerprint mismatch: pinned sha256 {pin}, control plane sent {got}; "
             "refusing to trust it (wrong control plane, or someone in between)"
         )
@@ -178,7 +235,7 @@ async def _pinned_ca(base_url: str, pin: str) -> bytes | None:
         async with httpx.AsyncClient(timeout=DEFAULT_TIMEOUT_S, verify=False) as client:  # noqa: S501
             response = await client.get(url)
     except httpx.HTTPError as exc:
-        raise EnrollmentError(f"cannot reach the control plane at {url}: {exc}") from None
+        raise EnrollmentUnreachable(f"cannot reach the control plane at {url}: {_why(exc)}") from None
     if response.status_code == 404:
         log.info("the control plane does not serve its CA at %s; the pin is checked on its answer", url)
         return None
@@ -189,7 +246,7 @@ async def _pinned_ca(base_url: str, pin: str) -> bytes | None:
         raise EnrollmentError(f"control plane answered {url} without a readable CA certificate") from None
     got = ca_cert.fingerprint(hashes.SHA256()).hex()
     if not hmac.compare_digest(got, pin):
-        raise EnrollmentError(
+        raise EnrollmentRefused(
             f"CA fingerprint mismatch: pinned sha256 {pin}, control plane serves {got}; "
             "refusing to send the enrollment token (wrong control plane, or someone in between)"
         )
@@ -238,20 +295,22 @@ async def _post(
                 response = await client.post(url, json=body)
     except httpx.HTTPError as exc:
         # str(exc) names the failure and maybe the URL, never the request body (the token).
-        raise EnrollmentError(f"cannot reach the control plane at {url}: {exc}") from None
+        raise EnrollmentUnreachable(f"cannot reach the control plane at {url}: {_why(exc)}") from None
     try:
         payload = response.json()
     except ValueError:
         payload = None
     if response.status_code != 200:
         error = payload.get("error") if isinstance(payload, dict) else None
+        refused = response.status_code in (401, 403)
+        kind = EnrollmentRefused if refused else EnrollmentError
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            raise EnrollmentError(
+            raise kind(
                 error["message"],
                 status_code=response.status_code,
                 error_type=str(error.get("type", "")) or None,
             )
-        raise EnrollmentError(
+        raise kind(
             f"control plane answered HTTP {response.status_code} to the enrollment request",
             status_code=response.status_code,
         )
@@ -265,3 +324,92 @@ def _field(payload: dict[str, Any], name: str) -> str:
     if not isinstance(value, str) or not value:
         raise EnrollmentError(f"control plane answer lacks {name}")
     return value
+
+
+def _why(exc: httpx.HTTPError) -> str:
+    """An httpx failure in one line (its text can be empty, e.g. for some timeouts)."""
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+# -- the config file ----------------------------------------------------------------------------------
+def config_is_empty(path: Path) -> bool:
+    """Whether ``path`` is missing or holds nothing but white space. (A file of comments only, such
+    as an installed sample, is not empty: it is a valid config, every key at its default.)"""
+    try:
+        return not path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return True
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)  # a JSON string is a valid YAML scalar, whatever it holds
+
+
+def render_config(identity: Identity, *, state_dir: Path, name: str | None = None) -> str:
+    """A commented ``config.yaml`` for this edge: the control plane's URL and tunnel address
+    (from enrollment) and ``state_dir`` set, the other common keys shown commented out."""
+    tunnel = (
+        f"  tunnel_address: {_q(identity.tunnel_address)}   # its gRPC tunnel, host:port\n"
+        if identity.tunnel_address
+        else "  # tunnel_address: HOST:7443   # the control plane named none: the edge uses the "
+        "WebSocket tunnel on url\n"
+    )
+    name_line = (
+        f"name: {_q(name)}\n" if name else "# name: build-host-17            # default: this host's name\n"
+    )
+    return (
+        "# Outpost edge configuration, written by `outpost-edge register`\n"
+        f"# for edge {identity.edge_id} in environment {identity.environment_id}.\n"
+        "# Every key is described in docs/configuration.md; keys left out take their defaults.\n"
+        "# Start the edge with: outpost-edge run --config THIS_FILE\n"
+        "\n"
+        "control_plane:\n"
+        f"  url: {_q(identity.control_plane_url)}   # its HTTP(S) API: renewal, WebSocket tunnel\n"
+        f"{tunnel}"
+        "\n"
+        "# This edge's identity (private key 0600), tool-call journal and other state.\n"
+        f"state_dir: {_q(str(state_dir))}\n"
+        f"{name_line}"
+        "\n"
+        "# What the control plane may ask of this edge (images, limits, MCP servers, egress);\n"
+        "# without it, the built-in default policy applies.\n"
+        "# policy_file: /etc/outpost-edge/policy.yaml\n"
+        "\n"
+        "# connection:\n"
+        "#   transport: auto        # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)\n"
+        "#   proxy_url: http://proxy.example.com:3128  # default: https_proxy/HTTPS_PROXY, minus NO_PROXY\n"
+        "\n"
+        "# observability:\n"
+        "#   listen: 127.0.0.1:9464  # /metrics, /healthz, /readyz, /status; null turns it off\n"
+        "\n"
+        "# logging:\n"
+        "#   level: INFO            # DEBUG, INFO, WARNING, ERROR\n"
+        "#   format: plain          # plain | json\n"
+    )
+
+
+def check_config_target(path: Path, *, force: bool) -> None:
+    """Raise :class:`EnrollmentError` unless ``render_config``'s output may be written to ``path``:
+    it is missing or empty (:func:`config_is_empty`), or ``force``; it is not a directory; and
+    this user may write its directory (checked before the token is spent)."""
+    if path.is_dir():
+        raise EnrollmentError(f"{path} is a directory, not a config file")
+    if not force and not config_is_empty(path):
+        raise EnrollmentError(f"{path} exists and is not empty: not overwriting it (--force replaces it)")
+    directory = path.parent
+    while not directory.exists() and directory != directory.parent:
+        directory = directory.parent
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise EnrollmentError(f"cannot write {path}: this user may not write to {directory}")
+
+
+def write_config(path: Path, text: str, *, force: bool = False) -> None:
+    """Write ``text`` to ``path`` atomically, mode 0644, creating its directory; never over a
+    non-empty file unless ``force``. Raises :class:`EnrollmentError`."""
+    check_config_target(path, force=force)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+        write_atomic(path, text.encode("utf-8"), 0o644)
+    except OSError as exc:
+        raise EnrollmentError(f"cannot write the config file {path}: {exc.strerror or exc}") from None

@@ -11,6 +11,11 @@ each in turn, keeping the one that connected; ``rotate`` moves on to the next (t
 when the control plane it was connected to drained) and says whether to dial it at once: not when
 there is no other address, nor when that one drained this edge within ``drain_memory_s`` too (every
 address is draining: the link then backs off instead of hopping between them in a loop).
+
+:meth:`Dialer.for_config` is the one place that turns an edge's config and identity into
+endpoints, and each endpoint's transports into :class:`Route` objects (target and proxy, from
+``connection.proxy_url`` or ``https_proxy`` / ``NO_PROXY``): the daemon's link and
+``outpost-edge doctor`` dial through the same routes.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from edge_agent.connection.grpc_transport import connect_grpc
-from edge_agent.connection.proxy import ProxyConfig, resolve_proxy
+from edge_agent.connection.proxy import ProxyConfig, resolve_proxy_source
 from edge_agent.connection.selection import TransportKind, TransportSelector, load_choice, save_choice
 from edge_agent.connection.transport import Transport, TransportError
 from edge_agent.connection.ws_transport import connect_ws, tunnel_ws_url
@@ -35,9 +40,9 @@ from edge_agent.errors import ConfigError
 from edge_agent.identity import Identity
 
 if TYPE_CHECKING:  # config imports the MCP package, which uses this package's backoff
-    from edge_agent.config import ConnectionConfig
+    from edge_agent.config import ConnectionConfig, EdgeConfig
 
-__all__ = ["Dialer", "Endpoint"]
+__all__ = ["Dialer", "Endpoint", "Route", "endpoint_routes", "endpoints_for"]
 
 log = logging.getLogger(__name__)
 
@@ -50,12 +55,92 @@ class Endpoint:
     control_plane_url: str | None
 
 
+def endpoints_for(config: EdgeConfig, identity: Identity | None) -> list[Endpoint]:
+    """The control-plane endpoints of ``config``: ``control_plane.addresses`` in order, or else
+    ``control_plane.tunnel_address`` / ``url``, each falling back to what enrollment stored in the
+    identity. Raises ConfigError when that leaves nothing to dial."""
+    cp = config.control_plane
+    if cp.addresses:
+        return [Endpoint(a.tunnel_address, a.url) for a in cp.addresses]
+    endpoint = Endpoint(
+        cp.tunnel_address or (identity.tunnel_address if identity else None),
+        cp.url or (identity.control_plane_url if identity else None),
+    )
+    if not endpoint.tunnel_address and not endpoint.control_plane_url:
+        raise ConfigError(
+            "no control plane configured: set control_plane.url (and tunnel_address) in the config, "
+            "or register this edge (outpost-edge register)"
+        )
+    if not endpoint.tunnel_address and config.connection.transport == "grpc":
+        raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
+    return [endpoint]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """How one transport reaches one control-plane endpoint: ``target`` (``host:port`` for gRPC,
+    the ``ws(s)://`` URL for WebSocket), its ``host`` and ``port``, the proxy it goes through and
+    why (``proxy_source``: ``connection.proxy_url``, ``https_proxy``, ``NO_PROXY matches ...``)."""
+
+    kind: TransportKind
+    target: str
+    host: str
+    port: int
+    proxy: ProxyConfig | None
+    proxy_source: str
+
+
 @dataclass(frozen=True, slots=True)
 class _Target:
-    tunnel_address: str | None
-    ws_url: str | None
-    grpc_proxy: ProxyConfig | None
-    ws_proxy: ProxyConfig | None
+    grpc: Route | None
+    ws: Route | None
+
+    @property
+    def tunnel_address(self) -> str | None:
+        return self.grpc.target if self.grpc else None
+
+    @property
+    def ws_url(self) -> str | None:
+        return self.ws.target if self.ws else None
+
+    def routes(self, mode: str) -> list[Route]:
+        allowed = ((self.grpc, mode != "websocket"), (self.ws, mode != "grpc"))
+        return [route for route, ok in allowed if route is not None and ok]
+
+
+def endpoint_routes(endpoint: Endpoint, config: ConnectionConfig, env: Mapping[str, str]) -> list[Route]:
+    """The routes to ``endpoint`` that ``config.transport`` allows, in the order ``auto`` tries
+    them (gRPC first). Raises ConfigError for an unusable address or proxy URL."""
+    return _target(endpoint, config, env).routes(config.transport)
+
+
+def _target(endpoint: Endpoint, config: ConnectionConfig, env: Mapping[str, str]) -> _Target:
+    try:
+        ws_url = tunnel_ws_url(endpoint.control_plane_url) if endpoint.control_plane_url else None
+    except TransportError as exc:
+        raise ConfigError(str(exc)) from None
+    address = endpoint.tunnel_address
+    if config.transport == "grpc" and not address:
+        raise ConfigError("transport grpc needs a tunnel address: set control_plane.tunnel_address")
+    if config.transport == "websocket" and not ws_url:
+        raise ConfigError("transport websocket needs the control plane's URL: set control_plane.url")
+    return _Target(
+        grpc=_route(TransportKind.GRPC, address, config, env) if address else None,
+        ws=_route(TransportKind.WEBSOCKET, ws_url, config, env) if ws_url else None,
+    )
+
+
+def _route(kind: TransportKind, target: str, config: ConnectionConfig, env: Mapping[str, str]) -> Route:
+    parts = urlsplit(target if "://" in target else f"//{target}")
+    default_port = 443 if parts.scheme in ("https", "wss") else 80
+    try:
+        host, port = parts.hostname or "", parts.port or default_port
+    except ValueError:  # a port that is not a number, or out of range
+        raise ConfigError(f"invalid control-plane address {target!r}") from None
+    if not host:
+        raise ConfigError(f"invalid control-plane address {target!r}: no host")
+    proxy, source = resolve_proxy_source(host, port, override=config.proxy_url, env=env)
+    return Route(kind, target, host, port, proxy, source)
 
 
 class Dialer:
@@ -74,10 +159,13 @@ class Dialer:
         more_endpoints: Sequence[Endpoint] = (),
         drain_memory_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
+        remember: bool = True,
     ) -> None:
         """The first endpoint is ``tunnel_address`` / ``control_plane_url``; ``more_endpoints``
-        follow it. Raises ConfigError when the chosen transport has no address or the proxy URL
-        is invalid."""
+        follow it. ``remember``: keep the transport that worked in ``state_dir`` (``auto``; the
+        doctor does not). Raises ConfigError when the chosen transport has no address or the
+        proxy URL is invalid."""
+        self._remember = remember
         self._identity = identity
         self._config = config
         self._state_dir = state_dir
@@ -86,7 +174,7 @@ class Dialer:
         self._clock = clock
         env = os.environ if env is None else env
         self._targets = [
-            self._target(endpoint, env)
+            _target(endpoint, config, env)
             for endpoint in (Endpoint(tunnel_address, control_plane_url), *more_endpoints)
         ]
         self._index = 0
@@ -98,23 +186,38 @@ class Dialer:
         #: (transport, connected?) of recent attempts, newest last: for diagnostics and tests.
         self.attempts: collections.deque[tuple[TransportKind, bool]] = collections.deque(maxlen=32)
         self.current: TransportKind | None = None
+        #: Where the last successful connect went: a tunnel address (gRPC) or a WebSocket URL.
+        self.current_address: str | None = None
 
-    def _target(self, endpoint: Endpoint, env: Mapping[str, str]) -> _Target:
-        try:
-            ws_url = tunnel_ws_url(endpoint.control_plane_url) if endpoint.control_plane_url else None
-        except TransportError as exc:
-            raise ConfigError(str(exc)) from None
-        address = endpoint.tunnel_address
-        if self._config.transport == "grpc" and not address:
-            raise ConfigError("transport grpc needs a tunnel address: set control_plane.tunnel_address")
-        if self._config.transport == "websocket" and not ws_url:
-            raise ConfigError("transport websocket needs the control plane's URL: set control_plane.url")
-        return _Target(
-            tunnel_address=address,
-            ws_url=ws_url,
-            grpc_proxy=self._proxy_for(address, env) if address else None,
-            ws_proxy=self._proxy_for(ws_url, env) if ws_url else None,
+    @classmethod
+    def for_config(
+        cls,
+        config: EdgeConfig,
+        identity: Identity,
+        *,
+        max_frame_bytes: int,
+        env: Mapping[str, str] | None = None,
+        remember: bool = True,
+    ) -> Dialer:
+        """The dialer of an edge with this config and identity (:func:`endpoints_for`)."""
+        endpoints = endpoints_for(config, identity)
+        return cls(
+            identity=identity,
+            config=config.connection,
+            tunnel_address=endpoints[0].tunnel_address,
+            control_plane_url=endpoints[0].control_plane_url,
+            more_endpoints=endpoints[1:],
+            state_dir=config.state_dir,
+            max_frame_bytes=max_frame_bytes,
+            tls_server_name=config.control_plane.tls_server_name,
+            env=env,
+            remember=remember,
         )
+
+    def routes(self, index: int | None = None) -> list[Route]:
+        """The routes of endpoint ``index`` (default: the current one), in the order ``auto``
+        tries them (gRPC first), limited to what ``connection.transport`` allows."""
+        return self._targets[self._index if index is None else index].routes(self._config.transport)
 
     @property
     def identity(self) -> Identity:
@@ -152,12 +255,6 @@ class Dialer:
         )
         return fresh
 
-    def _proxy_for(self, target: str, env: Mapping[str, str]) -> ProxyConfig | None:
-        parts = urlsplit(target if "://" in target else f"//{target}")
-        default_port = 443 if parts.scheme in ("https", "wss") else 80
-        host, port = parts.hostname or "", parts.port or default_port
-        return resolve_proxy(host, port, override=self._config.proxy_url, env=env)
-
     async def connect(self) -> Transport:
         """Open a tunnel transport to the current endpoint, else to the next ones in turn.
         Raises TransportError (the last failure, or a combined one)."""
@@ -194,8 +291,9 @@ class Dialer:
                 continue
             self.attempts.append((kind, True))
             self.current = kind
+            self.current_address = target.tunnel_address if kind is TransportKind.GRPC else target.ws_url
             changed = self.selector.succeeded(kind, self._clock())
-            if changed is not None:
+            if changed is not None and self._remember:
                 log.info("transport %s works; remembering it", kind.value)
                 try:
                     await asyncio.to_thread(save_choice, self._state_dir, changed)
@@ -215,10 +313,10 @@ class Dialer:
         cfg = self._config
         ident = self._identity
         if kind is TransportKind.GRPC:
-            assert target.tunnel_address is not None
+            assert target.grpc is not None
             timeout = min(cfg.connect_timeout_s, cfg.auto_grpc_connect_timeout_s) if probing else None
             return await connect_grpc(
-                target.tunnel_address,
+                target.grpc.target,
                 ca_pem=ident.ca_pem,
                 key_pem=ident.key_pem,
                 cert_pem=ident.cert_pem,
@@ -226,14 +324,14 @@ class Dialer:
                 keepalive_time_s=cfg.keepalive_time_s,
                 connect_timeout_s=timeout or cfg.connect_timeout_s,
                 tls_server_name=self._tls_server_name,
-                proxy=target.grpc_proxy,
+                proxy=target.grpc.proxy,
             )
-        assert target.ws_url is not None
+        assert target.ws is not None
         return await connect_ws(
-            target.ws_url,
+            target.ws.target,
             ident,
             max_frame_bytes=self._max_frame_bytes,
             connect_timeout_s=cfg.connect_timeout_s,
-            proxy=target.ws_proxy,
+            proxy=target.ws.proxy,
             ping_interval_s=cfg.keepalive_time_s,
         )

@@ -22,24 +22,45 @@ __all__ = ["GrpcTransport", "connect_grpc"]
 
 log = logging.getLogger(__name__)
 
+#: How long a fresh call may take to repeat a refusal that a racing write hid (see GrpcTransport).
+_ASK_AGAIN_TIMEOUT_S = 5.0
+
 
 class GrpcTransport:
-    def __init__(self, channel: grpc.aio.Channel, call: grpc.aio.StreamStreamCall) -> None:
+    """One tunnel call. A refusal at the start of the call can race our first write: grpc-aio then
+    reports the failed write as ``INTERNAL: Internal error from Core`` and the control plane's
+    status (``UNAUTHENTICATED: edge authentication failed: revoked``) is lost for this call. So a
+    call that ends with INTERNAL before any frame came back is asked about once more
+    (:meth:`_failure`): a fresh call on the same channel, on which we write nothing (so nothing
+    can race), gets the refusal again at once if there is one."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        call: grpc.aio.StreamStreamCall,
+        *,
+        ask_again_timeout_s: float = _ASK_AGAIN_TIMEOUT_S,
+    ) -> None:
         self._channel = channel
         self._call = call
         self._closed = False
+        self._received = False  # a frame came back: the control plane accepted us on this call
+        self._ask_again_timeout_s = ask_again_timeout_s
+        self._failed: asyncio.Future[TransportError] | None = None  # the answer of _ask_again
 
     async def send(self, data: bytes) -> None:
         try:
             await self._call.write(data)
-        except (grpc.aio.AioRpcError, asyncio.InvalidStateError) as exc:
+        except grpc.aio.AioRpcError as exc:
+            raise await self._failure(exc) from None
+        except asyncio.InvalidStateError as exc:
             raise _map(exc) from None
 
     async def receive(self) -> bytes | None:
         try:
             data = await self._call.read()
         except grpc.aio.AioRpcError as exc:
-            raise _map(exc) from None
+            raise await self._failure(exc) from None
         except asyncio.CancelledError:
             # grpc-aio raises CancelledError from a read once we cancelled the call ourselves
             # (``close``): that is the end of the stream, not a cancellation of our task.
@@ -52,13 +73,56 @@ class GrpcTransport:
             code = await self._call.code()
             if code not in (grpc.StatusCode.OK, None):
                 details = await self._call.details()
-                raise TransportError(
-                    f"control plane closed the tunnel: {code.name}: {details}",
-                    unauthenticated=code == grpc.StatusCode.UNAUTHENTICATED,
-                )
+                message = f"control plane closed the tunnel: {code.name}: {details}"
+                if code == grpc.StatusCode.UNAUTHENTICATED:
+                    raise TransportError.refused(message, details or "")
+                if code == grpc.StatusCode.INTERNAL:
+                    raise await self._failure(None, TransportError(message))
+                raise TransportError(message)
             return None
         assert isinstance(data, bytes)
+        self._received = True
         return data
+
+    async def _failure(
+        self, exc: grpc.aio.AioRpcError | None, mapped: TransportError | None = None
+    ) -> TransportError:
+        """The error for a failed call (``exc``, or ``mapped`` already); INTERNAL before any
+        frame came back is asked about again, once: send and receive share the answer."""
+        error = _map(exc) if mapped is None and exc is not None else mapped
+        assert error is not None
+        internal = exc is None or exc.code() == grpc.StatusCode.INTERNAL
+        if not internal or self._received or self._closed:
+            return error
+        if self._failed is None:
+            self._failed = asyncio.ensure_future(self._ask_again(error))
+        return await asyncio.shield(self._failed)
+
+    async def _ask_again(self, fallback: TransportError) -> TransportError:
+        call = self._channel.stream_stream(
+            CONNECT_METHOD, request_serializer=None, response_deserializer=None
+        )()
+        try:
+            async with asyncio.timeout(self._ask_again_timeout_s):
+                # A control plane that refuses us ends the call at once; one that accepts us
+                # waits for our hello, which does not come (the timeout: keep the first error).
+                await call.read()
+            code, details = await call.code(), await call.details()
+        except grpc.aio.AioRpcError as again:
+            code, details = again.code(), again.details()
+        except TimeoutError:
+            return fallback
+        except asyncio.CancelledError:  # the channel closed under us (or our task is cancelled)
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise
+            return fallback
+        finally:
+            call.cancel()
+        if code != grpc.StatusCode.UNAUTHENTICATED:
+            return fallback
+        log.debug("the tunnel call ended with INTERNAL; asked again: UNAUTHENTICATED: %s", details)
+        return TransportError.refused(f"tunnel failed: UNAUTHENTICATED: {details}", details or "")
 
     async def close(self) -> None:
         if self._closed:
@@ -123,8 +187,9 @@ async def connect_grpc(
 def _map(exc: BaseException) -> TransportError:
     if isinstance(exc, grpc.aio.AioRpcError):
         code = exc.code()
-        return TransportError(
-            f"tunnel failed: {code.name}: {exc.details()}",
-            unauthenticated=code == grpc.StatusCode.UNAUTHENTICATED,
-        )
+        details = exc.details() or ""
+        message = f"tunnel failed: {code.name}: {details}"
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            return TransportError.refused(message, details)
+        return TransportError(message)
     return TransportError(f"tunnel failed: {exc}")

@@ -12,6 +12,13 @@ State machine (transitions in ``_TRANSITIONS``; anything else is a bug and raise
                  │              │             │
                  └──────────────┴─────────────┴──► BACKING_OFF     (failure at any step)
     any ─► DRAINING ─► STOPPED                                      (SIGTERM: drain, then stop)
+    CONNECTING, HANDSHAKING, CONNECTED ─► REFUSED                   (terminal: see below)
+
+REFUSED: the control plane refused this edge's identity for a final reason (revoked, unknown
+edge, ...: :mod:`outpost_wire.admission`), at connect time or by cutting a live tunnel. Retrying
+cannot help, so the link stops, logs it once, and keeps the reason in ``refusal``; the daemon
+exits with code 3 (systemd's ``RestartPreventExitStatus=3`` keeps it stopped). Any other failure,
+a draining or overloaded control plane included, is retried with backoff.
 
 When the control plane drains (a Drain frame; one that is already draining sends it right after
 Welcome), ``on_peer_drain`` says whether another control-plane address is worth dialling at once.
@@ -34,6 +41,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from edge_agent.connection.backoff import Backoff
 from edge_agent.connection.transport import Transport, TransportError
+from outpost_wire.admission import final_refusal
 from outpost_wire.errors import ErrorCode, OutpostError
 from outpost_wire.frames import Failure, Hello, Outcome, Request
 from outpost_wire.session import (
@@ -49,6 +57,7 @@ from outpost_wire.session import (
     TunnelSession,
     WelcomeReceived,
 )
+from outpost_wire.timer import SessionTimer
 
 if TYPE_CHECKING:  # config imports the MCP package, which uses this package's backoff
     from edge_agent.config import ConnectionConfig
@@ -72,17 +81,19 @@ class LinkState(enum.Enum):
     BACKING_OFF = "backing_off"
     DRAINING = "draining"
     STOPPED = "stopped"
+    REFUSED = "refused"  # terminal: the control plane refuses this edge for good
 
 
 _S = LinkState
 _TRANSITIONS: dict[LinkState, frozenset[LinkState]] = {
     _S.IDLE: frozenset({_S.CONNECTING, _S.DRAINING, _S.STOPPED}),
-    _S.CONNECTING: frozenset({_S.HANDSHAKING, _S.BACKING_OFF, _S.DRAINING}),
-    _S.HANDSHAKING: frozenset({_S.CONNECTED, _S.BACKING_OFF, _S.DRAINING}),
-    _S.CONNECTED: frozenset({_S.BACKING_OFF, _S.DRAINING}),
+    _S.CONNECTING: frozenset({_S.HANDSHAKING, _S.BACKING_OFF, _S.DRAINING, _S.REFUSED}),
+    _S.HANDSHAKING: frozenset({_S.CONNECTED, _S.BACKING_OFF, _S.DRAINING, _S.REFUSED}),
+    _S.CONNECTED: frozenset({_S.BACKING_OFF, _S.DRAINING, _S.REFUSED}),
     _S.BACKING_OFF: frozenset({_S.CONNECTING, _S.DRAINING}),
     _S.DRAINING: frozenset({_S.STOPPED, _S.DRAINING}),
     _S.STOPPED: frozenset(),
+    _S.REFUSED: frozenset(),
 }
 
 
@@ -115,6 +126,11 @@ class Link:
         self.connected = asyncio.Event()  # set while a handshake-complete tunnel is up
         self.connections = 0  # completed handshakes, for metrics and tests
         self.last_error: str | None = None
+        #: Why the control plane refuses this edge for good (``revoked``, ``unknown_edge``, ...);
+        #: set when the link enters REFUSED.
+        self.refusal: str | None = None
+        self.since = time.time()  # wall clock: when the tunnel last went up or down (for status)
+        self.control_plane_id: str | None = None  # the control plane of the last handshake
         self._transport: Transport | None = None
         self._wake_writer = asyncio.Event()
         self._changed = asyncio.Event()  # something finished: a request, an ack, a connection
@@ -161,16 +177,35 @@ class Link:
             await asyncio.sleep(delay)
 
     def _stopping(self) -> bool:
-        return self.state in (LinkState.DRAINING, LinkState.STOPPED)
+        return self.state in (LinkState.DRAINING, LinkState.STOPPED, LinkState.REFUSED)
 
     def _note_failure(self, exc: TransportError) -> None:
+        if self.refusal is not None:
+            return  # refused for good already: what follows is the same refusal, or its echo
         self.last_error = str(exc)
-        if exc.unauthenticated:
+        if exc.refusal is not None:
+            self._refused(exc.refusal, str(exc))
+        elif exc.unauthenticated:
             log.error(
-                "control plane refused this edge's identity: %s (re-register the edge if it was revoked)", exc
+                "control plane refused this edge's identity: %s (retrying: check this host's clock)", exc
             )
         else:
             log.warning("%s", exc)
+
+    def _refused(self, reason: str, detail: str) -> None:
+        """A final refusal: stop for good (once; a refusal during a drain only records it)."""
+        if self.refusal is not None:
+            return
+        self.refusal = reason
+        self.last_error = detail
+        log.error(
+            "the control plane refuses this edge for good (%s): not reconnecting; enroll it again "
+            "with a new token (outpost-edge register --force)",
+            reason.replace("_", " "),
+        )
+        if LinkState.REFUSED in _TRANSITIONS[self.state]:
+            self._to(LinkState.REFUSED)
+        self._close_transport()
 
     async def _serve(self, transport: Transport) -> None:
         self._transport = transport
@@ -178,8 +213,9 @@ class Link:
         self._to(LinkState.HANDSHAKING)
         self.session.connection_made(self._clock())
         self.session.send_hello(self._hello())
-        writer = asyncio.create_task(self._writer(transport), name="link-writer")
-        timer = asyncio.create_task(self._timer(), name="link-timer")
+        timer = SessionTimer(self.session, self._process_events, name="link-timer", clock=self._clock)
+        writer = asyncio.create_task(self._writer(transport, timer), name="link-writer")
+        timer.start()
         self._wake_writer.set()
         try:
             while True:
@@ -190,6 +226,7 @@ class Link:
                     break
                 self.session.receive_data(data, self._clock())
                 self._process_events()
+                timer.poke()  # the handshake's end, say, brings the next deadline forward
                 if self.session.state is ConnState.CLOSED:
                     break
         except TransportError as exc:
@@ -198,19 +235,21 @@ class Link:
             else:
                 self._note_failure(exc)
         finally:
+            if self.connected.is_set():
+                self.since = time.time()
             self.connected.clear()
-            timer.cancel()
+            await timer.close()
             # Let the writer push out what is queued (an error frame, say), then stop it.
             self._wake_writer.set()
             await asyncio.sleep(0)
             writer.cancel()
-            await asyncio.gather(writer, timer, return_exceptions=True)
+            await asyncio.gather(writer, return_exceptions=True)
             await transport.close()
             self._transport = None
             self.session.connection_lost()
             self._changed.set()
 
-    async def _writer(self, transport: Transport) -> None:
+    async def _writer(self, transport: Transport, timer: SessionTimer) -> None:
         while True:
             await self._wake_writer.wait()
             self._wake_writer.clear()
@@ -220,15 +259,11 @@ class Link:
                 except TransportError as exc:
                     # Unacked results stay in the session's outbox and go out after reconnect.
                     log.debug("send failed: %s", exc)
+                    if exc.refusal is not None:  # refused for good: the reader may not hear it
+                        self._note_failure(exc)
                     await transport.close()
                     return
-
-    async def _timer(self) -> None:
-        while True:
-            now = self._clock()
-            await asyncio.sleep(max(0.0, self.session.next_timer(now) - now))
-            self.session.tick(self._clock())
-            self._process_events()
+            timer.poke()  # after frames went out the next heartbeat is due later, never earlier
 
     def _process_events(self) -> None:
         for event in self.session.events_received():
@@ -236,6 +271,8 @@ class Link:
                 if self.state is LinkState.HANDSHAKING:
                     self._to(LinkState.CONNECTED)
                 self.connections += 1
+                self.since = time.time()
+                self.control_plane_id = event.welcome.control_plane_id
                 self.connected.set()
                 log.info(
                     "tunnel up to control plane %s (protocol %d)",
@@ -251,6 +288,13 @@ class Link:
             elif isinstance(event, PeerDead):
                 log.warning("no heartbeat from the control plane; dropping the tunnel")
                 self._close_transport()
+            elif (
+                isinstance(event, PeerError)
+                and event.code is ErrorCode.UNAUTHENTICATED
+                and (reason := final_refusal(event.message)) is not None
+            ):
+                # A live tunnel cut because the edge was revoked: final.
+                self._refused(reason, f"control plane closed the tunnel: {event.code.name}: {event.message}")
             elif isinstance(event, PeerError) and event.code is ErrorCode.DRAINING:
                 # A control plane that was already draining when we connected turns us away.
                 self._peer_drained(event.message)
@@ -349,7 +393,9 @@ class Link:
     async def drain(self, grace_s: float) -> None:
         """Stop taking requests, let in-flight ones finish and their results be acknowledged
         (within ``grace_s``), then stop. Idempotent."""
-        if self.state is LinkState.STOPPED:
+        if self.state in (LinkState.STOPPED, LinkState.REFUSED):
+            for task in list(self._tasks):  # refused: results can go nowhere any more
+                task.cancel()
             return
         if self.state is not LinkState.DRAINING:
             was_connected = self.connected.is_set()

@@ -25,7 +25,7 @@ from urllib.parse import unquote, urlsplit
 
 from edge_agent.errors import ConfigError
 
-__all__ = ["ProxyConfig", "no_proxy_matches", "parse_proxy_url", "resolve_proxy"]
+__all__ = ["ProxyConfig", "no_proxy_matches", "parse_proxy_url", "resolve_proxy", "resolve_proxy_source"]
 
 _DISABLED = "none"
 
@@ -77,15 +77,26 @@ def resolve_proxy(
     host: str, port: int, *, override: str | None, env: Mapping[str, str]
 ) -> ProxyConfig | None:
     """The proxy to reach ``host:port`` through, or ``None`` to connect directly."""
+    return resolve_proxy_source(host, port, override=override, env=env)[0]
+
+
+def resolve_proxy_source(
+    host: str, port: int, *, override: str | None, env: Mapping[str, str]
+) -> tuple[ProxyConfig | None, str]:
+    """:func:`resolve_proxy`, and where the answer came from, in words for ``outpost-edge doctor``
+    (``connection.proxy_url``, ``https_proxy``, ``NO_PROXY matches``, ...)."""
     if override is not None:
-        return None if override.strip().lower() == _DISABLED else parse_proxy_url(override)
-    url = env.get("https_proxy") or env.get("HTTPS_PROXY")
+        if override.strip().lower() == _DISABLED:
+            return None, "connection.proxy_url is none"
+        return parse_proxy_url(override), "connection.proxy_url"
+    name = "https_proxy" if env.get("https_proxy") else "HTTPS_PROXY"
+    url = env.get(name)
     if not url:
-        return None
-    no_proxy = env.get("no_proxy") if "no_proxy" in env else env.get("NO_PROXY", "")
-    if no_proxy_matches(host, port, no_proxy or ""):
-        return None
-    return parse_proxy_url(url)
+        return None, "no connection.proxy_url, no https_proxy/HTTPS_PROXY"
+    no_name = "no_proxy" if "no_proxy" in env else "NO_PROXY"
+    if no_proxy_matches(host, port, env.get(no_name) or ""):
+        return None, f"{no_name} matches {host}"
+    return parse_proxy_url(url), name
 
 
 def no_proxy_matches(host: str, port: int, no_proxy: str) -> bool:

@@ -12,15 +12,23 @@ from typing import Protocol
 __all__ = ["Transport", "TransportError"]
 
 from edge_agent.errors import EdgeError
+from outpost_wire.admission import final_refusal
 
 
 class TransportError(EdgeError):
     """The connection could not be made or broke. ``unauthenticated`` is set when the control plane
-    refused our identity (revoked, unknown, or not issued by it)."""
+    refused our identity; ``refusal`` names the reason when it is final (revoked, unknown edge,
+    ...: :func:`outpost_wire.admission.final_refusal`), and retrying cannot help."""
 
-    def __init__(self, message: str, *, unauthenticated: bool = False) -> None:
+    def __init__(self, message: str, *, unauthenticated: bool = False, refusal: str | None = None) -> None:
         super().__init__(message)
-        self.unauthenticated = unauthenticated
+        self.unauthenticated = unauthenticated or refusal is not None
+        self.refusal = refusal
+
+    @classmethod
+    def refused(cls, message: str, details: str) -> TransportError:
+        """The control plane refused our identity, saying ``details``."""
+        return cls(message, unauthenticated=True, refusal=final_refusal(details))
 
 
 class Transport(Protocol):

@@ -133,10 +133,10 @@ async def connect_ws(
     except InvalidStatus as exc:
         status = exc.response.status_code
         body = exc.response.body.decode("utf-8", "replace")[:200] if exc.response.body else ""
-        raise TransportError(
-            f"control plane refused the WebSocket tunnel at {url}: HTTP {status} {body}".rstrip(),
-            unauthenticated=status in (401, 403),
-        ) from None
+        message = f"control plane refused the WebSocket tunnel at {url}: HTTP {status} {body}".rstrip()
+        if status in (401, 403):
+            raise TransportError.refused(message, body) from None
+        raise TransportError(message) from None
     except (InvalidHandshake, InvalidURI) as exc:
         raise TransportError(f"WebSocket handshake with {url}{via} failed: {exc}") from None
     except TimeoutError:
@@ -180,7 +180,7 @@ def _closed(exc: ConnectionClosed) -> TransportError:
     received = exc.rcvd
     if received is None:
         return TransportError("WebSocket tunnel broke without a close frame")
-    return TransportError(
-        f"control plane closed the WebSocket tunnel: {received.code} {received.reason}".rstrip(),
-        unauthenticated=received.code == _CLOSE_UNAUTHENTICATED,
-    )
+    message = f"control plane closed the WebSocket tunnel: {received.code} {received.reason}".rstrip()
+    if received.code == _CLOSE_UNAUTHENTICATED:
+        return TransportError.refused(message, received.reason)
+    return TransportError(message)

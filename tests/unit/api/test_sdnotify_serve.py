@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from control_plane import cli
+from control_plane import cli, cli_serve, server
 from control_plane.config import ControlPlaneConfig
 from control_plane.model_api_key import ModelApiKeyFileError, model_api_key, model_api_key_file
+from outpost_wire.cli_support import UsageError
 
 KEY = "sk-unit-0123456789"
 
@@ -85,13 +86,13 @@ def test_serve_takes_the_file_from_a_flag_and_fails_clearly_before_listening(
     monkeypatch.delenv("ANTHROPIC_API_KEY_FILE", raising=False)
     (tmp_path / "key").write_text(KEY)
     args = _serve_args("--data-dir", str(tmp_path), "--model-api-key-file", str(tmp_path / "key"))
-    assert cli._serve_config(args).model_api_key_file == tmp_path / "key"
+    assert cli_serve.serve_config(args).model_api_key_file == tmp_path / "key"
     missing = _serve_args("--data-dir", str(tmp_path), "--model-api-key-file", str(tmp_path / "nope"))
-    with pytest.raises(SystemExit, match=r"model API key file .*/nope: no such file"):
-        cli._serve_config(missing)
+    with pytest.raises(UsageError, match=r"model API key file .*/nope: no such file"):
+        cli_serve.serve_config(missing)
     monkeypatch.setenv("ANTHROPIC_API_KEY_FILE", str(tmp_path / "gone"))
-    with pytest.raises(SystemExit, match=r"model API key file .*/gone: no such file"):
-        cli._serve_config(_serve_args("--data-dir", str(tmp_path)))
+    with pytest.raises(UsageError, match=r"model API key file .*/gone: no such file"):
+        cli_serve.serve_config(_serve_args("--data-dir", str(tmp_path)))
 
 
 # -- sd_notify from serve ----------------------------------------------------------------------
@@ -130,7 +131,7 @@ async def test_serve_says_ready_pets_the_watchdog_and_says_stopping(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, listener: tuple[socket.socket, str]
 ) -> None:
     sock, path = listener
-    monkeypatch.setattr(cli, "ControlPlane", _FakeControlPlane)
+    monkeypatch.setattr(server, "ControlPlane", _FakeControlPlane)
     monkeypatch.setenv("NOTIFY_SOCKET", path)
     monkeypatch.setenv("WATCHDOG_USEC", "20000")  # every 10 ms
     monkeypatch.delenv("WATCHDOG_PID", raising=False)
@@ -140,7 +141,8 @@ async def test_serve_says_ready_pets_the_watchdog_and_says_stopping(
     async def recv() -> bytes:
         return await asyncio.wait_for(loop.sock_recv(sock, 64), 5)
 
-    serve = asyncio.create_task(cli._serve(_serve_args("--data-dir", str(tmp_path))))
+    args = _serve_args("--data-dir", str(tmp_path), "--http", "127.0.0.1:0", "--tunnel", "127.0.0.1:0")
+    serve = asyncio.create_task(cli_serve.serve(args))
     assert await recv() == b"READY=1"
     assert _FakeControlPlane.serving
     assert [await recv() for _ in range(3)] == [b"WATCHDOG=1"] * 3

@@ -1,4 +1,5 @@
-"""``outpost-edge doctor`` with fake probes: each check's verdict and its plain-words fix."""
+"""``outpost-edge doctor`` with fake probes: each check's verdict and its plain-words fix. The
+routes and proxies are the link's own (``Dialer`` routes), not faked."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from cryptography.hazmat.primitives import serialization
 import edge_agent.doctor as doctor
 from control_plane.enroll import CertificateAuthority
 from edge_agent.config import EdgeConfig
-from edge_agent.doctor import CheckResult, Doctor, ProbeError, Proxy, Status, print_report, tunnel_proxy
+from edge_agent.connection.proxy import ProxyConfig, parse_proxy_url
+from edge_agent.connection.selection import TransportKind
+from edge_agent.doctor import CheckResult, Doctor, HelloAnswer, ProbeError, Status, print_report
 from edge_agent.identity import Identity, generate_key_and_csr
 
 T0 = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
@@ -41,12 +44,17 @@ class FakeProbes:
         self._maybe_fail("resolve", host)
         return ["127.0.0.1"]
 
-    def tcp(self, host: str, port: int, proxy: Proxy | None) -> None:
+    def tcp(self, host: str, port: int, proxy: ProxyConfig | None) -> None:
         self._maybe_fail("tcp", proxy)
+        self.calls.append(("tcp-target", f"{host}:{port}"))
 
-    def tls(self, host: str, port: int, proxy: Proxy | None, **kwargs: object) -> bytes:
+    def tls(self, host: str, port: int, proxy: ProxyConfig | None, **kwargs: object) -> bytes:
         self._maybe_fail("tls", kwargs["server_name"])
         return self.server_der
+
+    def hello(self, config: EdgeConfig, identity: Identity, env: Mapping[str, str]) -> HelloAnswer:
+        self._maybe_fail("hello", identity.edge_id)
+        return HelloAnswer("cp_test", "0.1.0", TransportKind.GRPC, 0.01)
 
     def docker(self, base_url: str | None, image: str) -> bool:
         self._maybe_fail("docker", image)
@@ -99,13 +107,12 @@ def test_exports() -> None:
         "CERT_WARN_DAYS",
         "CheckResult",
         "Doctor",
+        "HelloAnswer",
         "ProbeError",
         "Probes",
-        "Proxy",
         "Status",
         "SystemProbes",
         "print_report",
-        "tunnel_proxy",
     }
 
 
@@ -120,9 +127,11 @@ def test_all_ok(config: EdgeConfig, probes: FakeProbes) -> None:
         "dns",
         "tcp",
         "tls",
+        "tunnel",
         "clock",
     ]
     assert {r.status for r in results.values()} == {Status.OK}, results
+    assert "authenticated hello answered over grpc by control plane cp_test" in results["tunnel"].detail
     out = io.StringIO()
     assert print_report(list(results.values()), out) == 0
     assert out.getvalue().splitlines()[-1] == "all checks passed"
@@ -134,7 +143,7 @@ def test_tcp_refused_says_to_start_the_control_plane(config: EdgeConfig, probes:
     results = _run(config, probes)
     assert results["tcp"].status is Status.FAIL
     assert "nothing listens on cp.example:7443" in results["tcp"].fix
-    assert results["tls"].status is Status.SKIP
+    assert results["tls"].status is Status.SKIP and results["tunnel"].status is Status.SKIP
     out = io.StringIO()
     assert print_report(list(results.values()), out) == 1
     assert "FAIL tcp: cannot connect to cp.example:7443: connection refused" in out.getvalue()
@@ -209,31 +218,85 @@ def test_clock_skew(config: EdgeConfig, probes: FakeProbes) -> None:
 def test_proxy_in_effect_is_used_for_tcp(config: EdgeConfig, probes: FakeProbes) -> None:
     env = {"https_proxy": "http://proxy.corp:3128", "no_proxy": "localhost"}
     results = _run(config, probes, env)
-    assert results["proxy"].status is Status.OK and "proxy.corp:3128" in results["proxy"].detail
+    assert results["proxy"].status is Status.OK
+    detail = results["proxy"].detail
+    assert "grpc to cp.example:7443 through proxy http://proxy.corp:3128 (https_proxy)" in detail
     assert ("resolve", "proxy.corp") in probes.calls
-    assert ("tcp", Proxy("proxy.corp", 3128, "https_proxy")) in probes.calls
+    assert ("tcp", parse_proxy_url("http://proxy.corp:3128")) in probes.calls
     probes.fail["tcp"] = ProbeError("proxy", "the proxy answered CONNECT with 'HTTP/1.1 403 Forbidden'")
     assert "no_proxy" in _run(config, probes, env)["tcp"].fix
 
 
-def test_upper_case_proxy_only_warns(config: EdgeConfig, probes: FakeProbes) -> None:
-    result = _run(config, probes, {"HTTPS_PROXY": "http://proxy:3128"})["proxy"]
-    assert result.status is Status.WARN and "https_proxy" in result.fix
+def test_the_configured_proxy_url_wins_over_the_environment(config: EdgeConfig, probes: FakeProbes) -> None:
+    """The link's rule, and so the doctor's: connection.proxy_url first (the old doctor ignored it)."""
+    connection = config.connection.model_copy(update={"proxy_url": "http://u:pw@cfg.corp:8080"})
+    results = _run(
+        config.model_copy(update={"connection": connection}), probes, {"https_proxy": "http://env:1"}
+    )
+    detail = results["proxy"].detail
+    assert "through proxy http://u:***@cfg.corp:8080 (connection.proxy_url)" in detail and "pw" not in detail
+    assert ("tcp", parse_proxy_url("http://u:pw@cfg.corp:8080")) in probes.calls
 
 
 @pytest.mark.parametrize(
-    ("host", "env", "expected"),
+    ("env", "expected"),
     [
-        ("cp.example", {}, None),
-        ("cp.example", {"grpc_proxy": "p:1", "https_proxy": "q:2"}, Proxy("p", 1, "grpc_proxy")),
-        ("cp.example", {"https_proxy": "q:2", "no_proxy": ".example"}, None),
-        ("10.1.2.3", {"https_proxy": "q:2", "no_proxy": "10.0.0.0/8"}, None),
-        ("cp.example", {"https_proxy": "q:2", "no_proxy": "*"}, None),
-        ("cp.example", {"https_proxy": "q:2", "no_grpc_proxy": "other"}, Proxy("q", 2, "https_proxy")),
+        ({}, "directly (no connection.proxy_url, no https_proxy/HTTPS_PROXY)"),
+        ({"HTTPS_PROXY": "http://p:3128"}, "through proxy http://p:3128 (HTTPS_PROXY)"),
+        ({"https_proxy": "http://p:3128", "NO_PROXY": ".example"}, "directly (NO_PROXY matches cp.example)"),
+        ({"https_proxy": "http://p:3128", "no_proxy": "*"}, "directly (no_proxy matches cp.example)"),
     ],
 )
-def test_tunnel_proxy_rules(host: str, env: dict[str, str], expected: Proxy | None) -> None:
-    assert tunnel_proxy(host, env) == expected
+def test_proxy_rules_are_the_links(
+    config: EdgeConfig, probes: FakeProbes, env: dict[str, str], expected: str
+) -> None:
+    assert expected in _run(config, probes, env)["proxy"].detail
+
+
+def test_plain_http_proxy_only_warns(config: EdgeConfig, probes: FakeProbes) -> None:
+    result = _run(config, probes, {"HTTP_PROXY": "http://proxy:3128"})["proxy"]
+    assert result.status is Status.WARN and "connection.proxy_url" in result.fix
+
+
+def test_a_revoked_edge_fails_the_tunnel_check_with_the_way_back(
+    config: EdgeConfig, probes: FakeProbes
+) -> None:
+    probes.fail["hello"] = ProbeError(
+        "revoked",
+        "control plane closed the tunnel: UNAUTHENTICATED: edge authentication failed: revoked",
+        reason="revoked",
+    )
+    result = _run(config, probes)["tunnel"]
+    assert result.status is Status.FAIL
+    assert result.detail == "the control plane refuses this edge (edge_1): revoked"
+    assert result.fix.startswith("re-enroll: ") and "outpost-edge register --force" in result.fix
+    assert "tokens create --environment env_1" in result.fix
+
+
+def test_tunnel_failures_say_what_to_check(config: EdgeConfig, probes: FakeProbes) -> None:
+    probes.fail["hello"] = ProbeError("unauthenticated", "HTTP 401 outpost: unauthenticated: token expired")
+    result = _run(config, probes)["tunnel"]
+    assert result.status is Status.FAIL and "timedatectl" in result.fix
+    probes.fail["hello"] = ProbeError("tunnel", "could not connect to the tunnel within 10 s")
+    result = _run(config, probes)["tunnel"]
+    assert result.status is Status.FAIL and "no authenticated hello: could not connect" in result.detail
+
+
+def test_websocket_only_checks_the_http_port_and_leaves_tls_to_the_hello(
+    config: EdgeConfig, probes: FakeProbes
+) -> None:
+    connection = config.connection.model_copy(update={"transport": "websocket"})
+    results = _run(config.model_copy(update={"connection": connection}), probes)
+    assert "websocket to wss://cp.example/v1/tunnel/ws directly" in results["proxy"].detail
+    assert ("tcp-target", "cp.example:443") in probes.calls
+    assert results["tls"].status is Status.SKIP and results["tunnel"].status is Status.OK
+
+
+def test_nothing_to_dial(tmp_path: Path, probes: FakeProbes) -> None:
+    results = _run(EdgeConfig(state_dir=tmp_path / "empty"), probes)
+    assert results["identity"].status is Status.FAIL
+    assert results["proxy"].status is Status.FAIL and "no control plane configured" in results["proxy"].detail
+    assert results["tunnel"].status is Status.SKIP
 
 
 def test_certificate_overdue_for_renewal_points_at_automatic_renewal(
