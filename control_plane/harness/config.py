@@ -22,32 +22,71 @@ class HarnessConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    #: Lease on a session: renewed every ``lease_ttl_s / 3`` while held; when it expires another
-    #: harness may take the session over.
-    lease_ttl_s: float = Field(30.0, gt=0)
-    #: How often to look for expired leases (sessions of a harness that died) and wake them.
-    lease_scan_interval_s: float = Field(5.0, gt=0)
-    #: How often a woken session retries a lease that another harness holds.
-    lease_busy_retry_s: float = Field(0.5, gt=0)
-    #: Model requests per failure streak: the first try plus retries (3 = 2 retries).
-    model_attempts: int = Field(3, ge=1)
-    #: Backoff before retry k (k = 1, 2 ...): ``initial * 2**(k-1)``, capped at ``max``.
-    model_backoff_initial_s: float = Field(1.0, ge=0)
-    model_backoff_max_s: float = Field(30.0, ge=0)
-    max_tokens: int = Field(8192, ge=1)
-    speculative_provision: bool = True
-    eager_provision: bool = False
-    #: Deadline of one tool call; ``None`` leaves it to the gateway (bash's ``timeout_ms`` or its default).
-    tool_timeout_s: float | None = Field(None, gt=0)
-    #: Deadline of one MCP tool call; ``None`` leaves it to the MCP router's default.
-    mcp_tool_timeout_s: float | None = Field(None, gt=0)
-    #: Several control-plane processes on one store: run a session only in a process that holds a
-    #: tunnel to an edge of its environment (the brain follows the hands), and let its lease go
-    #: when that process has had no such tunnel for ``tunnel_lost_release_s``.
-    follow_tunnels: bool = False
-    tunnel_lost_release_s: float = Field(30.0, ge=0)
-    #: After an unexpected harness error on a session, wake it again after this long.
-    error_retry_s: float = Field(5.0, gt=0)
+    lease_ttl_s: float = Field(
+        30.0,
+        gt=0,
+        description="A harness's lease on a session, renewed every third of this while held; once it expires "
+        "another harness may take the session over.",
+    )
+    lease_scan_interval_s: float = Field(
+        5.0,
+        gt=0,
+        description="How often to look for expired leases (sessions of a harness that died) and wake them.",
+    )
+    lease_busy_retry_s: float = Field(
+        0.5,
+        gt=0,
+        description="How often a woken session retries a lease that another harness holds.",
+    )
+    model_attempts: int = Field(
+        3,
+        ge=1,
+        description="Model requests per failure streak: the first try plus retries (3 = 2 retries).",
+    )
+    model_backoff_initial_s: float = Field(
+        1.0,
+        ge=0,
+        description="Backoff before the first model retry, doubled for each next one, capped at "
+        "`model_backoff_max_s`.",
+    )
+    model_backoff_max_s: float = Field(30.0, ge=0, description="The cap of the model retries' backoff.")
+    max_tokens: int = Field(8192, ge=1, description="`max_tokens` of each model request.")
+    speculative_provision: bool = Field(
+        True,
+        description="When a turn starts on a session without a sandbox, provision one in parallel with the "
+        "first model call.",
+    )
+    eager_provision: bool = Field(
+        False,
+        description="Provision before the first model call instead (wins over `speculative_provision`); with "
+        "neither, the first tool call provisions.",
+    )
+    tool_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Deadline of one tool call; `null`: bash's `timeout_ms`, else the gateway's default.",
+    )
+    mcp_tool_timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Deadline of one MCP tool call; `null`: the MCP router's default.",
+    )
+    follow_tunnels: bool = Field(
+        False,
+        description="Several control-plane processes on one store: run a session only in a process that "
+        "holds a tunnel to an edge of its environment (the brain follows the hands).",
+    )
+    tunnel_lost_release_s: float = Field(
+        30.0,
+        ge=0,
+        description="With `follow_tunnels`: let a session's lease go when its process has had no such tunnel "
+        "for this long.",
+    )
+    error_retry_s: float = Field(
+        5.0,
+        gt=0,
+        description="After an unexpected harness error on a session, wake it again after this long.",
+    )
 
     @model_validator(mode="after")
     def _check_backoff(self) -> HarnessConfig:

@@ -13,6 +13,12 @@ Before a model call of an agent with MCP servers, the driver lists their tools (
 already found unavailable this turn) and decides again with that offer as data
 (:mod:`~control_plane.harness.mcp_offer`): the step function stays pure.
 
+No edge: before a sandbox tool call or a provision, the driver asks the gateway whether an edge of
+the session's environment is connected. If none is (on any control-plane process: the store's
+presence records count), the session gets one non-fatal ``session.error`` (``edge_unavailable``)
+at once, while the call waits (``edge_wait_s``) for an edge; one per outage, not one per call: it
+is said again only after a call has reached an edge or an edge was seen connected.
+
 Stopping: ``Fenced`` on an append or a lost lease stops the session's work quietly (another harness
 owns it now); ``user.interrupt`` cancels the model stream or tool call in flight, and the next step
 ends the turn. A model request cancelled this way leaves no assistant message: it is not billed
@@ -30,6 +36,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from control_plane.bus import EventBus
+from control_plane.edge_counts import count_edges
 from control_plane.errors import (
     EdgeUnavailable,
     Fenced,
@@ -106,6 +113,13 @@ class ToolGateway(Protocol):
     def forget_session(self, session_id: str) -> None:
         """Forget cached placement: the next call reads where the session's sandbox is."""
 
+    def edges_connected(self, environment_id: str) -> int:
+        """How many edges of the environment this process's calls can reach now."""
+
+    @property
+    def edge_wait_s(self) -> float:
+        """How long a call waits for an edge of its environment when none is connected."""
+
 
 @dataclass
 class DriverContext:
@@ -118,6 +132,7 @@ class DriverContext:
     config: HarnessConfig
     clock: Callable[[], datetime]
     provisioned: set[str] = field(default_factory=set)  # sessions known to have a sandbox
+    edge_outages: set[str] = field(default_factory=set)  # sessions told their environment has no edge
     background: set[asyncio.Task[None]] = field(default_factory=set)  # speculative provisioning
     new_id: Callable[[], str] = ev.new_event_id
     mcp: McpBackend | None = None  # None: MCP servers are reported unavailable
@@ -376,6 +391,7 @@ class SessionDriver:
 
     async def _provision(self, environment_id: str) -> None:
         try:
+            await self._tell_if_no_edge(environment_id)
             await self._ctx.gateway.provision(self._sid, environment_id)
         except Exception as exc:
             log.warning(
@@ -383,6 +399,38 @@ class SessionDriver:
             )
             return
         self._ctx.provisioned.add(self._sid)
+        self._ctx.edge_outages.discard(self._sid)
+
+    async def _tell_if_no_edge(self, environment_id: str) -> None:
+        """Append the ``edge_unavailable`` ``session.error`` if no edge of the environment is
+        connected and the session has not been told of this outage yet."""
+        ctx = self._ctx
+        if ctx.gateway.edges_connected(environment_id) > 0:
+            ctx.edge_outages.discard(self._sid)
+            return
+        if self._sid in ctx.edge_outages:
+            return
+        ctx.edge_outages.add(self._sid)  # before any await: a concurrent check says nothing
+        counts = (await count_edges(ctx.store, ctx.clock(), environment_id=environment_id))[environment_id]
+        if counts.connected:
+            # Up on another control-plane process: not an outage. The call waits here; placement
+            # (``follow_tunnels``) moves the session to the process that holds the edge.
+            ctx.edge_outages.discard(self._sid)
+            log.info(
+                "session %s: no edge of environment %s here, %d on other processes",
+                self._sid,
+                environment_id,
+                counts.connected,
+            )
+            return
+        log.warning(
+            "session %s: no edge of environment %s is connected (%d enrolled); its calls wait up to %g s",
+            self._sid,
+            environment_id,
+            counts.enrolled,
+            ctx.gateway.edge_wait_s,
+        )
+        await self._append([ev.edge_unavailable(environment_id, counts.enrolled, ctx.gateway.edge_wait_s)])
 
     async def _dispatch(self, call: DispatchTool) -> None:
         content: list[dict[str, Any]]
@@ -390,6 +438,7 @@ class SessionDriver:
         if self.environment_id is None:
             content, is_error = ev.text_content("The session has no environment to run tools in."), True
         else:
+            await self._tell_if_no_edge(self.environment_id)
             try:
                 result = await self._interruptible(
                     self._ctx.gateway.execute(
@@ -416,6 +465,7 @@ class SessionDriver:
                     drafts.append(error)
             else:
                 self._ctx.provisioned.add(self._sid)
+                self._ctx.edge_outages.discard(self._sid)  # an edge answered: the outage is over
                 content, is_error = result.to_json(), result.is_error
             move = self._ctx.gateway.take_move(self._sid)
             if move is not None:  # the sandbox (and its workspace) was made anew on another edge

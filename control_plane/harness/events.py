@@ -58,6 +58,7 @@ __all__ = [
     "USER_TOOL_RESULT",
     "Draft",
     "LogEvent",
+    "edge_unavailable",
     "mcp_server_error",
     "mcp_tool_result",
     "new_event_id",
@@ -205,6 +206,29 @@ def sandbox_moved(from_edge_id: str, to_edge_id: str, reason: str) -> Draft:
         "from_edge_id": from_edge_id,
         "to_edge_id": to_edge_id,
         "reason": reason,
+    }
+    return draft
+
+
+def edge_unavailable(environment_id: str, edges_enrolled: int, edge_wait_s: float) -> Draft:
+    """The non-fatal ``session.error`` saying the session's environment has no connected edge, so
+    its tool calls wait (up to ``edge_wait_s``) and then fail (``unknown_error``, ``retry_status:
+    retrying``: the session goes on). ``edge_unavailable`` is an Outpost field for programs (the SDK
+    keeps it as an extra attribute), as ``sandbox_moved`` is."""
+    if edges_enrolled:
+        why = f"none of its {edges_enrolled} enrolled edge(s) has a tunnel up"
+    else:
+        why = "no edge is enrolled in it (outpost-control tokens create, then outpost-edge register)"
+    message = (
+        f"No edge of environment {environment_id} is connected: {why}. Tool calls wait up to "
+        f"{edge_wait_s:g} s for an edge to connect, then fail; the session goes on."
+    )
+    draft = session_error("unknown_error", message, "retrying")
+    draft.payload["error"]["edge_unavailable"] = {
+        "environment_id": environment_id,
+        "edges_enrolled": edges_enrolled,
+        "edges_connected": 0,
+        "edge_wait_s": edge_wait_s,
     }
     return draft
 

@@ -18,7 +18,8 @@ The conversation sent to the model is rebuilt from the log alone:
   model's ``tool_use`` block keeps the namespaced name it called;
 * a ``session.error`` about an MCP server (``mcp_*`` with ``mcp_server_name``) marks the server
   unavailable for the rest of the turn; it is not a failed model request, and neither is one
-  about a repository the edge could not clone (``repository_*``);
+  about a repository the edge could not clone (``repository_*``), nor one saying the sandbox moved
+  (``sandbox_moved``) or the environment has no connected edge (``edge_unavailable``);
 * a turn ends at ``session.status_idle`` (except ``requires_action``, which only pauses it). When it
   ends by ``user.interrupt``, the inputs queued before the interrupt are folded into the
   conversation without a turn of their own (control returns to the user); on ``retries_exhausted``
@@ -256,6 +257,8 @@ class SessionState:
             return  # a clone failed at the edge (reported with the tool error), not the model
         if "sandbox_moved" in error:
             return  # the hands moved to another edge, not a failed model request
+        if "edge_unavailable" in error:
+            return  # no edge to run tools on, not a failed model request
         retry = error.get("retry_status")
         if isinstance(retry, Mapping) and retry.get("type") == "retrying":
             self.failures += 1

@@ -125,6 +125,7 @@ class Harness:
             slot.task.cancel()
             await asyncio.wait({slot.task})
         self._ctx.provisioned.discard(session_id)
+        self._ctx.edge_outages.discard(session_id)
         environment_id = self._environments.pop(session_id, None) or await self._environment_of(session_id)
         if environment_id is None:
             return
@@ -157,6 +158,11 @@ class Harness:
         for slot in self._slots.values():
             slot.keeper.abandon()
         await self._stop_all()
+
+    @property
+    def running(self) -> bool:
+        """True from :meth:`start` until :meth:`close` or :meth:`abort`, while its sweeper lives."""
+        return self._sweeper is not None and not self._sweeper.done() and not self._closing
 
     def active_sessions(self) -> set[str]:
         """Sessions with a running task in this harness."""

@@ -480,6 +480,35 @@ def test_success_after_a_retry_resets_the_failure_count() -> None:
     assert call(decide(log)).attempt == 1
 
 
+def test_an_environment_without_edges_is_not_a_failed_model_request() -> None:
+    log = Log()
+    log.user("hi")
+    log.running()
+    log.draft(ev.edge_unavailable("env_1", 2, 30.0))  # told while the first model request runs
+    ids = log.model([tool_use("toolu_1", "bash", {"command": "ls"})], "tool_use")
+    log.result(ids[0], "The sandbox is unavailable: no edge", is_error=True)
+    nxt = decide(log)
+    assert nxt.delay_s == 0 and call(nxt).attempt == 1
+
+
+def test_the_no_edge_error_names_the_environment_and_what_to_do() -> None:
+    enrolled = ev.edge_unavailable("env_1", 2, 30.0).payload["error"]
+    assert enrolled["type"] == "unknown_error" and enrolled["retry_status"] == {"type": "retrying"}
+    assert enrolled["message"] == (
+        "No edge of environment env_1 is connected: none of its 2 enrolled edge(s) has a tunnel up. "
+        "Tool calls wait up to 30 s for an edge to connect, then fail; the session goes on."
+    )
+    assert enrolled["edge_unavailable"] == {
+        "environment_id": "env_1",
+        "edges_enrolled": 2,
+        "edges_connected": 0,
+        "edge_wait_s": 30.0,
+    }
+    none = ev.edge_unavailable("env_2", 0, 1.5).payload["error"]["message"]
+    assert "env_2" in none and "no edge is enrolled in it (outpost-control tokens create" in none
+    assert "wait up to 1.5 s" in none
+
+
 def test_retries_exhausted_ends_the_turn_and_flushes_queued_input() -> None:
     log = Log()
     log.user("hi")
