@@ -17,6 +17,11 @@ Foreign failures are mapped here, once, to :mod:`control_plane.mcp.errors`:
 The SDK reports HTTP failures as opaque JSON-RPC errors, so a small transport wrapper watches the
 statuses and connect failures underneath. Header values never appear in a message: every text
 that leaves this module is scrubbed of them, and URLs are shown without user info or query.
+
+Every connection dials only addresses the outbound guard checked (:mod:`control_plane.outbound`):
+the server's host is resolved and checked before the session opens (a refusal is
+:class:`McpConnectionFailed` naming the rule, nothing is sent), and the HTTP pool connects through
+:class:`_PinnedBackend` to the checked address; redirects are not followed.
 """
 
 from __future__ import annotations
@@ -25,11 +30,12 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
 import anyio
+import httpcore2
 import httpx2
 import mcp_types
 from mcp import Client
@@ -40,6 +46,8 @@ from pydantic import ValidationError
 
 from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
 from control_plane.mcp.models import McpToolInfo, safe_url
+from control_plane.outbound import OutboundGuard, OutboundRefused, Pin
+from outpost_wire.addresses import pinned_connect
 from outpost_wire.version import SOFTWARE_VERSION
 
 __all__ = ["CallResult", "McpSession"]
@@ -96,11 +104,62 @@ class _WatchedTransport(httpx2.AsyncBaseTransport):
         await self._inner.aclose()
 
 
+class _PinnedBackend(httpcore2.AsyncNetworkBackend):
+    """``httpcore2``'s network backend dialling only checked addresses (``outbound.pin``)."""
+
+    def __init__(self, pin: Pin) -> None:
+        self._inner = httpcore2.AnyIOBackend()
+        self._pin = pin
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        errors = (httpcore2.ConnectError, httpcore2.ConnectTimeout)
+        stream: httpcore2.AsyncNetworkStream = await pinned_connect(
+            self._inner, self._pin, errors, host, port, timeout, local_address, socket_options
+        )
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        raise OutboundRefused("outbound.scheme", "outbound requests never use a Unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _PinnedTransport(httpx2.AsyncHTTPTransport):
+    """httpx2's transport with its pool dialling through :class:`_PinnedBackend`."""
+
+    def __init__(self, pin: Pin) -> None:
+        ssl_context = httpx2.create_ssl_context()
+        super().__init__(verify=ssl_context)
+        # httpx keeps its pool in ``_pool`` and has no parameter for the network backend; the
+        # pinning tests (tests/unit/test_outbound.py, the MCP and vault rebinding tests) fail if
+        # this stops taking effect.
+        self._pool = httpcore2.AsyncConnectionPool(
+            ssl_context=ssl_context, network_backend=_PinnedBackend(pin)
+        )
+
+
 class McpSession:
     """One live MCP session to ``url`` with fixed request ``headers`` (which may hold secrets)."""
 
-    def __init__(self, url: str, headers: Mapping[str, str]) -> None:
+    def __init__(
+        self, url: str, headers: Mapping[str, str], *, outbound: OutboundGuard | None = None
+    ) -> None:
+        """``outbound``: the check of the addresses dialled (default: no private networks)."""
         self.url = url
+        self._outbound = outbound or OutboundGuard()
         self._where = safe_url(url)
         self._headers = dict(headers)
         self._secrets = _secret_parts(self._headers.values())
@@ -119,6 +178,13 @@ class McpSession:
         """Connect and complete the MCP handshake. Raises :class:`McpError` (and closes)."""
         if self._task is not None:
             raise RuntimeError("an McpSession is opened once")
+        try:
+            await self._outbound.check_dial(self.url)
+        except OutboundRefused as exc:
+            self.broken = True
+            raise McpConnectionFailed(
+                f"{self._where} is not dialled: {exc.message} (rule: {exc.rule})", not_sent=True
+            ) from None
         self._ready = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(self._own(), name=f"mcp-session {self._where}")
         try:
@@ -207,8 +273,9 @@ class McpSession:
                     httpx2.AsyncClient(
                         headers=self._headers,
                         timeout=httpx2.Timeout(_HTTP_TIMEOUT_S, read=None),
-                        transport=_WatchedTransport(httpx2.AsyncHTTPTransport(), self._watch),
+                        transport=_WatchedTransport(_PinnedTransport(self._outbound.pin), self._watch),
                         trust_env=False,
+                        follow_redirects=False,
                     )
                 )
                 transport = cast(Transport, streamable_http_client(self.url, http_client=http))

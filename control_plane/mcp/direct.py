@@ -18,6 +18,7 @@ Errors raised are :class:`~control_plane.mcp.errors.McpError`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import time
@@ -30,6 +31,7 @@ from control_plane.mcp.config import McpConfig
 from control_plane.mcp.connection import CallResult, McpSession
 from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
 from control_plane.mcp.models import Credentials, McpToolInfo, no_credentials, safe_url
+from control_plane.outbound import OutboundGuard
 
 __all__ = ["DirectMcpClient", "SessionFactory"]
 
@@ -55,12 +57,16 @@ class DirectMcpClient:
         credentials: Credentials = no_credentials,
         config: McpConfig | None = None,
         *,
-        session_factory: SessionFactory = McpSession,
+        session_factory: SessionFactory | None = None,
+        outbound: OutboundGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``outbound``: the check of the servers' addresses (default: no private networks);
+        ``session_factory``: a test hook (default: :class:`McpSession` under ``outbound``)."""
         self._credentials = credentials
         self._config = config or McpConfig()
-        self._factory = session_factory
+        guard = outbound or OutboundGuard()
+        self._factory = session_factory or functools.partial(McpSession, outbound=guard)
         self._clock = clock
         self._pool: OrderedDict[_Key, _Pooled] = OrderedDict()
         self._locks: dict[_Key, asyncio.Lock] = {}

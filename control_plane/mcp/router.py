@@ -36,6 +36,7 @@ from control_plane.mcp.models import (
     ServerTools,
     no_credentials,
 )
+from control_plane.outbound import OutboundGuard
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
 
@@ -84,14 +85,16 @@ class McpRouter:
         credentials: Credentials = no_credentials,
         config: McpConfig | None = None,
         direct: DirectMcpClient | None = None,
+        outbound: OutboundGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """``credentials(session_id, url)``: the headers for a direct server (the vault broker
         plugs in here). ``direct``: a ready client (tests); by default one is made from
-        ``credentials`` and ``config``."""
+        ``credentials``, ``config`` and ``outbound`` (the check of direct servers' addresses;
+        default: no private networks)."""
         self.config = config or McpConfig()
         self._gateway = gateway
-        self._direct = direct or DirectMcpClient(credentials, self.config, clock=clock)
+        self._direct = direct or DirectMcpClient(credentials, self.config, outbound=outbound, clock=clock)
         self._clock = clock
 
     async def __aenter__(self) -> McpRouter:

@@ -13,6 +13,7 @@ from datetime import datetime
 
 import httpx
 
+from control_plane.outbound import OutboundGuard
 from control_plane.store.base import Store
 from control_plane.vault.broker import CredentialBroker
 from control_plane.vault.capability import CapabilitySigner
@@ -37,9 +38,15 @@ class Vault:
         signer: CapabilitySigner,
         http: httpx.AsyncClient,
         clock: Callable[[], datetime],
+        *,
+        outbound: OutboundGuard | None = None,
     ) -> Vault:
-        """``http`` is the client for token endpoints; the caller owns (and closes) it."""
-        service = VaultService(store, keyring, clock)
-        refresher = OAuthRefresher(store, service.cipher, http, clock)
+        """``http`` is the client for token endpoints (in production one made by
+        ``outbound.http_client``, which dials only checked addresses); the caller owns (and
+        closes) it. ``outbound``: the check of every URL a credential names, when it is stored
+        and before each token request (default: no private networks)."""
+        outbound = outbound or OutboundGuard()
+        service = VaultService(store, keyring, clock, outbound=outbound)
+        refresher = OAuthRefresher(store, service.cipher, http, clock, outbound=outbound)
         broker = CredentialBroker(store, service.cipher, signer, clock, refresher=refresher)
         return cls(service, broker, refresher)

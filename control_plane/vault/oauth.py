@@ -13,10 +13,14 @@ single-flight per credential at two levels:
 
 The request is ``grant_type=refresh_token`` with ``client_secret_basic`` (HTTP Basic),
 ``client_secret_post`` (form fields) or ``none`` (``client_id`` only), plus ``scope`` and
-``resource`` (RFC 8707) when configured; redirects are not followed. The new access token (and a
+``resource`` (RFC 8707) when configured; redirects are not followed. The token endpoint is checked
+by the outbound guard before each request (:mod:`control_plane.outbound`: an address that is
+loopback, private, metadata ... is refused as ``connect_error``), and the production client dials
+only the checked address. The new access token (and a
 rotated refresh token) are sealed again with a fresh data key and written with a version check.
-Tokens, client secrets and token-endpoint bodies are never logged; error bodies returned to the API
-are scrubbed of every known secret and of token-looking JSON fields.
+Tokens, client secrets and token-endpoint bodies are never logged, and no body is returned to
+the API: an error response is summarized as its status code and content type (``body`` is empty;
+``body_truncated`` says whether the endpoint sent one).
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ import httpx
 
 from control_plane.api.wire import timestamp
 from control_plane.errors import NotFound, VersionConflict
+from control_plane.outbound import OutboundGuard, OutboundRefused
 from control_plane.store.base import Resource, Store
 from control_plane.vault.cipher import CredentialCipher
 from control_plane.vault.errors import RefreshFailed
@@ -47,7 +52,7 @@ __all__ = ["OAuthRefresher", "RefreshResult", "scrub"]
 log = logging.getLogger(__name__)
 
 _KIND = "vault_credential"
-_BODY_CHARS = 1024
+_CONTENT_TYPE_CHARS = 256
 _WRITE_ATTEMPTS = 5
 _TOKEN_FIELD_RE = re.compile(r'("(?:access_token|refresh_token|id_token|client_secret)"\s*:\s*")[^"]*(")')
 
@@ -97,8 +102,10 @@ class OAuthRefresher:
         claim_ttl_s: float = 30.0,
         claim_poll_s: float = 0.05,
         request_timeout_s: float = 15.0,
+        outbound: OutboundGuard | None = None,
     ) -> None:
         self.store = store
+        self.outbound = outbound or OutboundGuard()
         self.cipher = cipher
         self.http = http
         self.clock = clock
@@ -261,7 +268,6 @@ class OAuthRefresher:
     # -- the token request ---------------------------------------------------------------------------
 
     async def _exchange(self, refresh: dict[str, Any], payload: dict[str, str]) -> _Tokens:
-        known = [payload.get("refresh_token", ""), payload.get("client_secret", ""), payload["access_token"]]
         data = {"grant_type": "refresh_token", "refresh_token": payload["refresh_token"]}
         if refresh.get("scope"):
             data["scope"] = refresh["scope"]
@@ -279,6 +285,13 @@ class OAuthRefresher:
                 data["client_secret"] = payload.get("client_secret", "")
         requested_at = self.clock()
         try:
+            await self.outbound.check_dial(refresh["token_endpoint"])
+        except OutboundRefused as exc:
+            log.warning("token endpoint refused by the outbound rules (%s)", exc.rule)
+            raise RefreshFailed(
+                "connect_error", f"the token endpoint is not dialled: {exc.message}"
+            ) from None
+        try:
             response = await self.http.post(
                 refresh["token_endpoint"],
                 data=data,
@@ -286,6 +299,11 @@ class OAuthRefresher:
                 follow_redirects=False,
                 timeout=self.request_timeout_s,
             )
+        except OutboundRefused as exc:  # the name now resolves elsewhere (checked at the dial)
+            log.warning("token endpoint refused by the outbound rules (%s)", exc.rule)
+            raise RefreshFailed(
+                "connect_error", f"the token endpoint is not dialled: {exc.message}"
+            ) from None
         except httpx.HTTPError as exc:
             log.warning("token endpoint %s unreachable: %s", refresh["token_endpoint"], type(exc).__name__)
             raise RefreshFailed("connect_error", "the token endpoint could not be reached") from None
@@ -295,7 +313,7 @@ class OAuthRefresher:
                 "failed",
                 f"the token endpoint answered {response.status_code}",
                 response.status_code,
-                _capture(response, known),
+                _capture(response),
             )
         try:
             body = response.json()
@@ -311,7 +329,7 @@ class OAuthRefresher:
                 expires_at = requested_at + timedelta(seconds=float(expires_in))
         except (ValueError, TypeError, KeyError, AttributeError):
             message = "the token endpoint's answer has no usable access_token"
-            raise RefreshFailed("failed", message, 200, _capture(response, known)) from None
+            raise RefreshFailed("failed", message, 200, _capture(response)) from None
         return _Tokens(access_token, rotated, expires_at)
 
 
@@ -319,11 +337,12 @@ def _iso(value: datetime | None) -> str | None:
     return timestamp(value) if value is not None else None
 
 
-def _capture(response: httpx.Response, known: Iterable[str]) -> dict[str, Any]:
-    text = scrub(response.text, known)
+def _capture(response: httpx.Response) -> dict[str, Any]:
+    """A summary of the token endpoint's answer for the API: never its body (the endpoint is
+    named by a caller, and its answer may hold what the caller must not read)."""
     return {
         "status_code": response.status_code,
-        "content_type": response.headers.get("content-type", ""),
-        "body": text[:_BODY_CHARS],
-        "body_truncated": len(text) > _BODY_CHARS,
+        "content_type": response.headers.get("content-type", "")[:_CONTENT_TYPE_CHARS],
+        "body": "",
+        "body_truncated": bool(response.content),
     }

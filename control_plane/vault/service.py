@@ -34,6 +34,7 @@ from typing import Any
 
 from control_plane.api.models import apply_metadata_patch, check_metadata
 from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
+from control_plane.outbound import OutboundGuard
 from control_plane.store.base import Order, Page, Resource, Store
 from control_plane.vault.auth_rules import AuthChange, apply_auth_update, new_auth
 from control_plane.vault.binding import credential_aad, upstream_of
@@ -85,8 +86,17 @@ class RotationReport:
 
 
 class VaultService:
-    def __init__(self, store: Store, keyring: Keyring, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        store: Store,
+        keyring: Keyring,
+        clock: Callable[[], datetime],
+        *,
+        outbound: OutboundGuard | None = None,
+    ) -> None:
+        """``outbound``: the check of the URLs a credential names (default: no private networks)."""
         self.store = store
+        self.outbound = outbound or OutboundGuard()
         self.cipher = CredentialCipher(keyring)
         self.clock = clock
         self._vault_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
@@ -166,6 +176,7 @@ class VaultService:
     async def create_credential(self, vault_id: str, params: CredentialCreate) -> Resource:
         now = self.clock()
         change = new_auth(params.auth, now)
+        self._check_outbound(change.auth)
         credential_id = new_credential_id()
         lock = self._vault_locks.setdefault(vault_id, asyncio.Lock())
         async with lock:  # one process: the uniqueness and count checks see each other's writes
@@ -181,6 +192,15 @@ class VaultService:
             res = await self.store.create_resource(CREDENTIAL_KIND, credential_id, body, now)
         log.info("vault %s: credential %s (%s) created", vault_id, credential_id, change.auth["type"])
         return res
+
+    def _check_outbound(self, auth: dict[str, Any]) -> None:
+        """The MCP server URL and the token endpoint the control plane would dial: 400 naming
+        the outbound rule when they are loopback, private, metadata ... (these never change)."""
+        if "mcp_server_url" in auth:
+            self.outbound.check_url(auth["mcp_server_url"], param="auth.mcp_server_url")
+        refresh = auth.get("refresh")
+        if refresh:
+            self.outbound.check_url(refresh["token_endpoint"], param="auth.refresh.token_endpoint")
 
     async def get_credential(self, vault_id: str, credential_id: str) -> Resource:
         res = await self.store.get_resource(CREDENTIAL_KIND, credential_id)

@@ -27,12 +27,18 @@ sandbox.
   ``repr``; git's messages are redacted of every form of it; the relay logs no headers.
 * **Only where it belongs.** The clone sends it only to URLs under the repository's URL; the relay
   only to the repository's own endpoints, never following redirects.
+* **Only to hosts the customer allows.** The edge clones on its own host, outside the egress
+  proxy: the policy's ``repositories`` rule (:mod:`.policy`, default: nothing) must list the host,
+  and every address it resolves to must be public or in ``allow_networks`` (no loopback, cloud
+  metadata or private address by default). git is pinned to the checked addresses and follows no
+  redirect; the relay dials only checked addresses.
 
 A session with repositories needs the sandbox on the edge's internal network (egress
 ``allowlist``, possibly of no hosts), since the relay is reached through the egress proxy. An
 ``unrestricted`` sandbox gets the clone, with ``origin`` the repository's own URL (no relay).
 
-Modules: ``config`` (the ``git:`` section), ``remote`` (URLs, relay paths, redaction),
+Modules: ``config`` (the ``git:`` section), ``policy`` (the policy's ``repositories`` rule:
+allowed hosts, schemes and addresses), ``remote`` (URLs, relay paths, redaction),
 ``credentials`` (selection), ``clone`` (the subprocess), ``tree`` (the tar), ``routes`` (relay
 table and tokens), ``relay`` (the smart-HTTP reverse proxy), ``service`` (all of it for the
 sandbox manager).
@@ -43,6 +49,7 @@ from __future__ import annotations
 from .clone import GitCloner, classify, git_environment
 from .config import GitConfig, GitCredentialConfig
 from .credentials import EdgeCredentials, GitCredential
+from .policy import RepositoryPolicy
 from .relay import GitRelay
 from .remote import RemoteUrl, parse_remote, redact, relay_url
 from .routes import RelayRoutes, load_or_create_key
@@ -58,6 +65,7 @@ __all__ = [
     "GitService",
     "RelayRoutes",
     "RemoteUrl",
+    "RepositoryPolicy",
     "WorkspaceBackend",
     "classify",
     "git_environment",

@@ -7,8 +7,14 @@ the relay URL. The credential travels as ``http.<repository URL>.extraHeader`` t
 not on any command line (``ps`` shows none), is not written to the clone's ``.git/config``, and
 is sent only to URLs under the repository's own URL. The remote URL itself carries no credential.
 
+Before git runs, the edge's ``repositories`` policy (:mod:`.policy`) must allow the URL: its
+scheme, its host, and every address the host resolves to (resolved once, here; a loopback,
+metadata, private ... address is refused). git is then pinned to the checked addresses
+(``http.curloptResolve``), never follows a redirect (``http.followRedirects=false``) and may use
+only the remote's own transport (``GIT_ALLOW_PROTOCOL``: no ``file``, ``ext``, ``ssh``).
+
 The environment is built from scratch: no system or global git config, no credential helpers, no
-terminal prompts, and only the ``http``/``https`` transports. Only the edge's own proxy and CA
+terminal prompts. Only the edge's own proxy and CA
 settings (``HTTPS_PROXY``, ``NO_PROXY``, ``SSL_CERT_FILE``, ``GIT_SSL_CAINFO`` ...) are passed on, so
 the clone reaches the server the way the edge host does. Failures become the typed
 :class:`~edge_agent.errors.RepositoryError` subclasses (:func:`classify`), with git's message
@@ -34,7 +40,9 @@ from edge_agent.errors import (
     RepositoryNotFound,
 )
 from edge_agent.git.credentials import GitCredential
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.git.remote import RemoteUrl, redact
+from outpost_wire.addresses import Resolved, Resolver, literal_address, system_resolver
 from outpost_wire.frames import Repository
 
 __all__ = ["GitCloner", "classify", "git_environment"]
@@ -76,9 +84,11 @@ def git_environment(
     *,
     path: str = _SAFE_PATH,
     host_env: Mapping[str, str] | None = None,
+    pinned: Resolved | None = None,
 ) -> dict[str, str]:
     """The complete environment of the edge's git subprocesses for ``remote``; ``host_env`` (the
-    edge's environment by default) supplies only the proxy and CA settings."""
+    edge's environment by default) supplies only the proxy and CA settings; ``pinned``: the
+    checked addresses of the remote's host, the only ones git may connect to."""
     source = os.environ if host_env is None else host_env
     env = {name: source[name] for name in _PASSED_ON if name in source}
     env |= {
@@ -89,10 +99,14 @@ def git_environment(
         "GIT_TERMINAL_PROMPT": "0",
         "GIT_CONFIG_NOSYSTEM": "1",
         "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_ALLOW_PROTOCOL": "http:https",
+        "GIT_ALLOW_PROTOCOL": remote.scheme,  # only the remote's own transport
         "GIT_CONFIG_COUNT": "0",
     }
-    settings = [("credential.helper", ""), ("http.followRedirects", "initial")]
+    settings = [("credential.helper", ""), ("http.followRedirects", "false")]
+    if pinned is not None and literal_address(remote.host) is None:
+        port = remote.port or (443 if remote.scheme == "https" else 80)
+        addresses = ",".join(f"[{a}]" if a.version == 6 else str(a) for a in pinned.addresses)
+        settings.append(("http.curloptResolve", f"{remote.host}:{port}:{addresses}"))
     if credential is not None:
         settings.append((f"http.{remote.url}.extraHeader", f"Authorization: {credential.authorization()}"))
     for index, (key, value) in enumerate(settings):
@@ -114,9 +128,20 @@ def check_checkout(repository: Repository) -> None:
 class GitCloner:
     """Clones one repository at a time into a directory the caller owns."""
 
-    def __init__(self, *, timeout_s: float = 600.0, git: str = "git") -> None:
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 600.0,
+        git: str = "git",
+        policy: RepositoryPolicy | None = None,
+        resolver: Resolver = system_resolver,
+    ) -> None:
+        """``policy``: the edge's ``repositories`` rule (default: nothing allowed);
+        ``resolver``: a test hook (the system resolver by default)."""
         self._timeout_s = timeout_s
         self._git = git
+        self.policy = policy or RepositoryPolicy()
+        self._resolver = resolver
 
     async def clone(
         self,
@@ -131,9 +156,10 @@ class GitCloner:
         check out the requested ref, and set ``origin`` to ``origin_url``. Raises
         :class:`~edge_agent.errors.RepositoryError` (a subclass when the cause is known)."""
         check_checkout(repository)
+        pinned = await self.policy.resolve(remote, resolver=self._resolver)  # RepositoryRefused
         home = dest.parent / "home"
         home.mkdir(mode=0o700, exist_ok=True)
-        env = git_environment(remote, credential, home)
+        env = git_environment(remote, credential, home, pinned=pinned)
         secrets = credential.redactions() if credential is not None else ()
         url = remote.url
         try:

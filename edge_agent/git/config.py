@@ -46,10 +46,19 @@ class _Strict(BaseModel):
 class GitCredentialConfig(_Strict):
     """The edge's credential for every repository on ``host``."""
 
-    host: str
-    username: str = Field(DEFAULT_USERNAME, min_length=1, max_length=256, pattern=r"^[^:\s]+$")
-    scheme: Literal["basic", "bearer"] = "basic"
-    token: SecretSource
+    host: str = Field(description="`host[:port]` of the remote URL (default port omitted).")
+    username: str = Field(
+        DEFAULT_USERNAME,
+        min_length=1,
+        max_length=256,
+        pattern=r"^[^:\s]+$",
+        description="The Basic user name sent with the token.",
+    )
+    scheme: Literal["basic", "bearer"] = Field(
+        "basic",
+        description="`basic` (user name and token) or `bearer` (`Authorization: Bearer <token>`).",
+    )
+    token: SecretSource = Field(description="The token (a secret source).")
 
     @field_validator("host")
     @classmethod
@@ -61,9 +70,17 @@ class GitCredentialConfig(_Strict):
 
 
 class GitConfig(_Strict):
-    credentials: tuple[GitCredentialConfig, ...] = ()
-    clone_timeout_s: float = Field(600.0, gt=0)  # one repository: clone and checkout
-    relay_idle_timeout_s: float = Field(300.0, gt=0)  # a relayed pull/push with no bytes moving
+    credentials: tuple[GitCredentialConfig, ...] = Field(
+        (),
+        description="One credential per host; a token the control plane delivers for one repository wins "
+        "over it.",
+    )
+    clone_timeout_s: float = Field(600.0, gt=0, description="One repository: clone and checkout.")
+    relay_idle_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="A relayed pull or push with no bytes moving.",
+    )
 
     @model_validator(mode="after")
     def _unique_hosts(self) -> GitConfig:

@@ -12,22 +12,39 @@ of headers (never the sandbox's ``Authorization`` or cookies), adds the credenti
 :class:`~.credentials.EdgeCredentials`, streams the body both ways (``Content-Length`` or chunked
 in, raw bytes out) and closes. An upstream 401 becomes a 403 (so git in the sandbox does not
 prompt), a redirect a 502. Logs name the session, repository, endpoint and status, never headers.
+
+The repository must still pass the edge's ``repositories`` policy (:mod:`.policy`), and the
+upstream connection goes only to addresses checked when it is made (:class:`_PinnedBackend`:
+resolved once, loopback/metadata/private ... refused unless ``allow_networks`` has them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
+import httpcore
 import httpx
 
 from edge_agent.egress.http import LocalRequest, render_response
+from edge_agent.errors import RepositoryRefused
 from edge_agent.git.credentials import EdgeCredentials
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.git.remote import RELAY_PREFIX, parse_relay_path, parse_remote
 from edge_agent.git.routes import RelayRoutes
+from outpost_wire.addresses import (
+    AddressPolicy,
+    AddressRefused,
+    ResolutionFailed,
+    Resolved,
+    Resolver,
+    pinned_connect,
+    resolve,
+    system_resolver,
+)
 
 __all__ = ["GitRelay"]
 
@@ -54,6 +71,39 @@ class _ClientFailed(Exception):
     """The sandbox's side of the exchange failed: a body the relay cannot read, or a stall."""
 
 
+class _PinnedBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend, connecting only to addresses ``pin`` resolved and checked."""
+
+    def __init__(self, pin: Callable[[str, int], Awaitable[Resolved]]) -> None:
+        self._inner = httpcore.AnyIOBackend()
+        self._pin = pin
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        errors = (httpcore.ConnectError, httpcore.ConnectTimeout)
+        stream: httpcore.AsyncNetworkStream = await pinned_connect(
+            self._inner, self._pin, errors, host, port, timeout, local_address, socket_options
+        )
+        return stream
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's signature)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        raise httpcore.ConnectError("the relay never uses a Unix socket")
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
 class GitRelay:
     """Serves relay requests for the proxy (its :class:`~edge_agent.egress.LocalService`)."""
 
@@ -67,8 +117,23 @@ class GitRelay:
         idle_timeout_s: float = 300.0,
         connect_timeout_s: float = 15.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        policy: RepositoryPolicy | None = None,
+        resolver: Resolver = system_resolver,
     ) -> None:
-        """``transport``: a test hook for the upstream HTTP client."""
+        """``transport``: a test hook for the upstream HTTP client (default: one that dials only
+        checked addresses); ``policy``: the ``repositories`` rule (default: nothing allowed)."""
+        self._policy = policy or RepositoryPolicy()
+        addresses = AddressPolicy.parse(self._policy.allow_networks)
+
+        async def pin(host: str, port: int) -> Resolved:
+            return await resolve(host, port, addresses, resolver=resolver)
+
+        if transport is None:
+            ssl_context = httpx.create_ssl_context()
+            transport = httpx.AsyncHTTPTransport(verify=ssl_context)
+            transport._pool = httpcore.AsyncConnectionPool(  # the same pool, dialling pinned addresses
+                ssl_context=ssl_context, network_backend=_PinnedBackend(pin)
+            )
         self._routes = routes
         self._credentials = credentials
         self._idle_timeout_s = idle_timeout_s
@@ -119,8 +184,15 @@ class GitRelay:
             return
         try:
             remote = parse_remote(repository.url)
+            self._policy.check(remote)
         except ValueError as exc:
             await _refuse(writer, 502, "git.upstream", str(exc))
+            return
+        except RepositoryRefused as exc:
+            log.warning(
+                "git relay session=%s: %s refused by policy (%s)", session_id, repository.id, exc.rule
+            )
+            await _refuse(writer, 403, exc.rule, exc.reason)
             return
         credential = await self._credentials.select(remote, repository.token)
         headers = {name: value for name, value in request.headers if name.lower() in _REQUEST_HEADERS}
@@ -146,6 +218,10 @@ class GitRelay:
             log.info("git relay %s: the sandbox's side failed: %s", what, exc)
             if not answered:
                 await _refuse(writer, 400, "git.body", str(exc))
+        except (AddressRefused, ResolutionFailed) as exc:
+            log.warning("git relay %s: upstream address refused: %s", what, exc)
+            if not answered:
+                await _refuse(writer, 403, "repositories.address", str(exc))
         except httpx.HTTPError as exc:
             log.warning("git relay %s: upstream failed: %s", what, type(exc).__name__)
             if not answered:

@@ -32,6 +32,7 @@ from edge_agent.errors import RepositoryError
 from edge_agent.git.clone import GitCloner
 from edge_agent.git.config import GitConfig
 from edge_agent.git.credentials import EdgeCredentials
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.git.relay import GitRelay
 from edge_agent.git.remote import (
     RELAY_PREFIX,
@@ -78,14 +79,20 @@ class GitService:
         routes: RelayRoutes | None = None,
         credentials: EdgeCredentials | None = None,
         user: str = "1000:1000",
+        policy: RepositoryPolicy | None = None,
     ) -> None:
         """``scratch_dir``: where clones are made before they are copied (created 0700; its
-        contents are removed after each clone). ``user``: who owns the files in the sandbox."""
+        contents are removed after each clone). ``user``: who owns the files in the sandbox.
+        ``policy``: the edge policy's ``repositories`` rule, for clones and the relay (default:
+        no repository allowed)."""
+        policy = policy or RepositoryPolicy()
         config = config or GitConfig()
         self.routes = routes or RelayRoutes()
         self.credentials = credentials or EdgeCredentials(config.credentials)
-        self.relay = GitRelay(self.routes, self.credentials, idle_timeout_s=config.relay_idle_timeout_s)
-        self._cloner = GitCloner(timeout_s=config.clone_timeout_s)
+        self.relay = GitRelay(
+            self.routes, self.credentials, idle_timeout_s=config.relay_idle_timeout_s, policy=policy
+        )
+        self._cloner = GitCloner(timeout_s=config.clone_timeout_s, policy=policy)
         self._scratch = scratch_dir
         self._user = user
         uid, _, gid = user.partition(":")

@@ -15,6 +15,7 @@ from _git_server import GitHttpServer, make_repo
 
 from edge_agent.egress import EgressSpec
 from edge_agent.git import EdgeCredentials, GitConfig, GitService
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
 from tests.docker_support import docker_for_tests
 
@@ -24,6 +25,12 @@ CANARY = "canary-git-token-" + uuid.uuid4().hex[:12]
 """The upstream's credential: it must never be found inside a sandbox."""
 
 _counter = itertools.count(1)
+
+# The test git server listens on 127.0.0.1 over plain http: the edge's repositories rule (which by
+# default allows no repository, https only, public addresses only) lets exactly that through.
+LOOPBACK_REPOS = RepositoryPolicy(
+    allowed_hosts=("127.0.0.1",), allow_http=True, allow_networks=("127.0.0.0/8",)
+)
 
 
 @pytest.fixture
@@ -85,6 +92,7 @@ class Edge:
             scratch_dir=self.state_dir / "git-scratch",
             routes=RelayRoutes(key),
             credentials=EdgeCredentials(config.credentials),
+            policy=LOOPBACK_REPOS,
         )
         self.manager = SandboxManager(
             self.runtime, edge_id=self.edge_id, default_limits=limits(), idle_pause_s=60, git=self.git

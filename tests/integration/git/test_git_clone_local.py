@@ -4,6 +4,7 @@ typed."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import stat
 import subprocess
@@ -11,15 +12,16 @@ from pathlib import Path
 
 import pytest
 from _git_server import GitHttpServer, git
-from conftest import CANARY
+from conftest import CANARY, LOOPBACK_REPOS
 
 from edge_agent.errors import (
     RepositoryAuthenticationFailed,
     RepositoryCheckoutFailed,
     RepositoryError,
     RepositoryNotFound,
+    RepositoryRefused,
 )
-from edge_agent.git import GitCloner, GitCredential, parse_remote
+from edge_agent.git import GitCloner, GitCredential, RepositoryPolicy, parse_remote
 from outpost_wire.frames import Repository
 
 RELAY = "http://10.0.0.1:3128/git/session-token/sesrsc_1"
@@ -50,7 +52,7 @@ async def test_clone_with_the_credential_outside_the_clone(
     repo = Repository("sesrsc_1", git_server.url("app.git"), "/workspace/app", token=CANARY)
     dest = tmp_path / "scratch" / "tree"
     dest.parent.mkdir()
-    cloner = GitCloner(git=wrapper)
+    cloner = GitCloner(git=wrapper, policy=LOOPBACK_REPOS)
     await cloner.clone(repo, parse_remote(repo.url), dest, credential(), origin_url=RELAY)
     assert (dest / "README.md").read_text() == "hello from upstream\n"
     assert git("remote", "get-url", "origin", cwd=dest) == RELAY
@@ -60,8 +62,35 @@ async def test_clone_with_the_credential_outside_the_clone(
     assert {s.authorization for s in git_server.seen} == {"ok"}
 
 
+async def test_git_is_pinned_to_the_checked_address(git_server: GitHttpServer, tmp_path: Path) -> None:
+    """A name the edge resolved (to the loopback server) is the only address real git dials: the
+    name itself does not resolve on this host, so the clone works only through the pin."""
+
+    async def resolver(host: str, port: int) -> list[str]:
+        assert host == "git.pinned.invalid"
+        return ["127.0.0.1"]
+
+    policy = RepositoryPolicy(
+        allowed_hosts=("git.pinned.invalid",), allow_http=True, allow_networks=("127.0.0.0/8",)
+    )
+    url = f"http://git.pinned.invalid:{git_server.port}/app.git"
+    repo = Repository("r", url, "/workspace/app")
+    await GitCloner(policy=policy, resolver=resolver).clone(
+        repo, parse_remote(url), tmp_path / "tree", credential(), origin_url=RELAY
+    )
+    assert (tmp_path / "tree" / "README.md").read_text() == "hello from upstream\n"
+    # Without the operator's allow_networks the same clone is refused before git runs.
+    strict = RepositoryPolicy(allowed_hosts=("git.pinned.invalid",), allow_http=True)
+    before = len(git_server.seen)
+    with pytest.raises(RepositoryRefused, match=r"repositories\.address\.loopback"):
+        await GitCloner(policy=strict, resolver=resolver).clone(
+            repo, parse_remote(url), tmp_path / "tree2", None, origin_url=RELAY
+        )
+    assert len(git_server.seen) == before
+
+
 async def test_branch_and_commit_checkouts(git_server: GitHttpServer, tmp_path: Path, repos: Path) -> None:
-    cloner = GitCloner()
+    cloner = GitCloner(policy=LOOPBACK_REPOS)
     url = git_server.url("app.git")
     feature = Repository("r1", url, "/workspace/f", "branch", "feature")
     await cloner.clone(feature, parse_remote(url), tmp_path / "f", credential(), origin_url=RELAY)
@@ -101,7 +130,7 @@ async def test_failures_are_typed_and_redacted(
     url = git_server.url(repo_name)
     repo = Repository("r", url, "/workspace/x", *checkout)
     with pytest.raises(RepositoryError) as info:
-        await GitCloner().clone(
+        await GitCloner(policy=LOOPBACK_REPOS).clone(
             repo, parse_remote(url), tmp_path / "x", credential(secret) if secret else None, origin_url=RELAY
         )
     assert type(info.value) is cls
@@ -112,8 +141,9 @@ async def test_failures_are_typed_and_redacted(
 async def test_an_unreachable_server_and_a_timeout(tmp_path: Path) -> None:
     url = "http://127.0.0.1:9/nothing.git"  # discard port: nothing listens
     with pytest.raises(RepositoryError) as info:
-        await GitCloner().clone(Repository("r", url, "/workspace/x"), parse_remote(url), tmp_path / "x", None,
-                                origin_url=RELAY)  # fmt: skip
+        cloner = GitCloner(policy=LOOPBACK_REPOS)
+        await cloner.clone(Repository("r", url, "/workspace/x"), parse_remote(url), tmp_path / "x", None,
+                           origin_url=RELAY)  # fmt: skip
     assert type(info.value) is RepositoryError and "Failed to connect" in str(info.value)
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
@@ -121,7 +151,7 @@ async def test_an_unreachable_server_and_a_timeout(tmp_path: Path) -> None:
     try:
         url = f"http://127.0.0.1:{listener.getsockname()[1]}/slow.git"  # accepts, never answers
         with pytest.raises(RepositoryError, match=r"did not finish within 0\.5 s"):
-            await GitCloner(timeout_s=0.5).clone(
+            await GitCloner(timeout_s=0.5, policy=LOOPBACK_REPOS).clone(
                 Repository("r", url, "/workspace/y"),
                 parse_remote(url),
                 tmp_path / "y",
@@ -132,3 +162,35 @@ async def test_an_unreachable_server_and_a_timeout(tmp_path: Path) -> None:
         listener.close()
     helpers = subprocess.run(["pgrep", "-f", "remote-http.*slow.git"], capture_output=True, check=False)
     assert helpers.stdout == b"", "git's helper outlived the timeout"
+
+
+async def test_redirects_are_not_followed(git_server: GitHttpServer, tmp_path: Path) -> None:
+    """A server answering with a redirect (to a repository the clone could read) fails the clone:
+    git runs with http.followRedirects=false, so the target sees no request."""
+    target = git_server.url("app.git")
+
+    async def redirect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        path = head.split(b" ")[1].decode().split("/", 2)[2]  # /moved.git/<rest>
+        writer.write(
+            f"HTTP/1.1 301 Moved\r\nLocation: {target}/{path}\r\nContent-Length: 0\r\n"
+            "Connection: close\r\n\r\n".encode()
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(redirect, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/moved.git"
+    try:
+        with pytest.raises(RepositoryError):
+            await GitCloner(policy=LOOPBACK_REPOS).clone(
+                Repository("r", url, "/workspace/m"),
+                parse_remote(url),
+                tmp_path / "m",
+                None,
+                origin_url=RELAY,
+            )
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert git_server.seen == []

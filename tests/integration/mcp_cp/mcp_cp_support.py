@@ -88,6 +88,11 @@ class FakeMcpGateway:
     def forget_session(self, session_id: str) -> None:
         pass
 
+    def edges_connected(self, environment_id: str) -> int:
+        return 1  # the fake's hands are always there
+
+    edge_wait_s = 30.0
+
     # -- MCP ----------------------------------------------------------------------------------------
     def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]:
         if environment_id != ENV:

@@ -23,9 +23,13 @@ from control_plane.mcp import (
     McpServerRef,
 )
 from control_plane.mcp.connection import McpSession
+from control_plane.outbound import OutboundGuard
 from outpost_wire.results import ToolResult
 
 TOKEN = "tok-7f3a9c-secret-value"
+# The test servers listen on loopback, which the outbound rules refuse by default: these tests
+# allow it as an operator would with outbound_allow_networks (the default is tested below).
+LOOPBACK_ALLOWED = OutboundGuard(["127.0.0.0/8"])
 
 
 @pytest.fixture
@@ -53,7 +57,7 @@ class CountingFactory:
         self.sessions: list[McpSession] = []
 
     def __call__(self, url: str, headers: Mapping[str, str]) -> McpSession:
-        session = McpSession(url, headers)
+        session = McpSession(url, headers, outbound=LOOPBACK_ALLOWED)
         self.sessions.append(session)
         return session
 
@@ -65,7 +69,8 @@ def router_for(
     direct = DirectMcpClient(
         credentials,  # type: ignore[arg-type]
         config,
-        session_factory=factory or McpSession,
+        session_factory=factory,
+        outbound=LOOPBACK_ALLOWED,
         clock=clock or Clock(),
     )
     return McpRouter(None, config=config, direct=direct)
@@ -274,7 +279,7 @@ async def test_a_server_that_never_answers_is_a_connection_error_within_the_dead
     port = tcp.sockets[0].getsockname()[1]
     config = McpConfig(connect_timeout_s=0.5, list_timeout_s=0.8)
     try:
-        async with McpRouter(None, credentials=bearer, config=config) as router:
+        async with McpRouter(None, credentials=bearer, config=config, outbound=LOOPBACK_ALLOWED) as router:
             ref = McpServerRef("mute", f"http://127.0.0.1:{port}/mcp")
             started = asyncio.get_running_loop().time()
             listing = await router.list_tools("sesn_1", None, ref)
@@ -297,6 +302,45 @@ async def test_unsupported_scheme() -> None:
         outcome = await router.call("sesn_1", None, ref, "x", {}, idempotency_key="k")
     assert listing.error_type == outcome.error_type == MCP_CONNECTION_FAILED
     assert "'ftp' is not supported" in listing.message
+
+
+async def test_loopback_private_and_metadata_servers_are_not_dialled_by_default() -> None:
+    """Default outbound rules: the bearer never leaves; a loopback listener sees no connection."""
+    connections: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    tcp = await asyncio.start_server(count, "127.0.0.1", 0)
+    port = tcp.sockets[0].getsockname()[1]
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]  # a public-looking name that resolves to loopback
+
+    urls = {
+        f"http://127.0.0.1:{port}/mcp": "outbound.loopback",
+        f"http://[::ffff:127.0.0.1]:{port}/mcp": "outbound.loopback",
+        f"http://2130706433:{port}/mcp": "outbound.loopback",
+        "http://169.254.169.254/mcp": "outbound.metadata",
+        "http://0.0.0.0/mcp": "outbound.unspecified",
+        f"http://mcp.rebind.test:{port}/mcp": "outbound.loopback",
+    }
+    try:
+        async with McpRouter(None, credentials=bearer, outbound=OutboundGuard(resolver=rebinding)) as router:
+            for url, rule in urls.items():
+                listing = await router.list_tools("sesn_1", None, McpServerRef("s", url))
+                assert listing.error_type == MCP_CONNECTION_FAILED, url
+                assert "is not dialled" in listing.message and "outbound_allow_networks" in listing.message
+                outcome = await router.call(
+                    "sesn_1", None, McpServerRef("s", url), "x", {}, idempotency_key=url
+                )
+                assert outcome.error_type == MCP_CONNECTION_FAILED
+                assert f"(rule: {rule})" in listing.message and TOKEN not in listing.message
+    finally:
+        tcp.close()
+        await tcp.wait_closed()
+    assert connections == []
 
 
 # -- the edge route ---------------------------------------------------------------------------------
@@ -335,3 +379,35 @@ async def test_edge_route_lists_the_catalog_and_maps_refusals_and_failures() -> 
         )
         assert gone.error_type == MCP_CONNECTION_FAILED
     assert gateway.runs == {"k1": 1}
+
+
+async def test_the_mcp_http_pool_dials_only_what_the_guard_pinned() -> None:
+    """Past the pre-flight check (a name that rebinds between the check and the connect): the
+    SDK's HTTP pool asks the guard again and connects to the checked address only."""
+    import httpx2
+
+    from control_plane.mcp.connection import _PinnedTransport
+    from control_plane.outbound import OutboundRefused
+
+    connections: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    tcp = await asyncio.start_server(count, "127.0.0.1", 0)
+    port = tcp.sockets[0].getsockname()[1]
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    try:
+        guard = OutboundGuard(resolver=rebinding)
+        async with httpx2.AsyncClient(transport=_PinnedTransport(guard.pin)) as http:
+            with pytest.raises(OutboundRefused) as caught:
+                await http.get(f"http://mcp.rebind.test:{port}/mcp")
+        assert caught.value.rule == "outbound.loopback"
+    finally:
+        tcp.close()
+        await tcp.wait_closed()
+    assert connections == []

@@ -35,6 +35,7 @@ from control_plane.model.responders import (
     tool_result_text,
     tool_results_since_prompt,
 )
+from control_plane.outbound import OutboundGuard
 from control_plane.sessions.agent_config import (
     McpServerParams,
     ToolParams,
@@ -72,7 +73,8 @@ def agent_json(calc_url: str, broken_url: str) -> dict[str, Any]:
         {"type": "url", "name": "calc", "url": calc_url},
         {"type": "url", "name": "broken", "url": broken_url},
     ]
-    resolved = resolve_mcp_servers(TypeAdapter(list[McpServerParams]).validate_python(servers))
+    given = TypeAdapter(list[McpServerParams]).validate_python(servers)
+    resolved = resolve_mcp_servers(given, OutboundGuard(["127.0.0.0/8"]))  # a loopback test server
     tools = [
         {
             "type": "mcp_toolset",
@@ -155,7 +157,11 @@ class Rig:
         self.gateway = gateway
         self.model_server = model_server
         self.router = McpRouter(
-            gateway, credentials=bearer, config=McpConfig(connect_timeout_s=3.0, list_timeout_s=3.0)
+            gateway,
+            credentials=bearer,
+            config=McpConfig(connect_timeout_s=3.0, list_timeout_s=3.0),
+            # The test MCP server listens on loopback: allowed as outbound_allow_networks would.
+            outbound=OutboundGuard(["127.0.0.0/8"]),
         )
         self.model = AnthropicModelClient(base_url=model_server.base_url, api_key="test-key")
         self.harness = Harness(store, gateway, EventBus(), self.model, FAST, mcp=self.router)

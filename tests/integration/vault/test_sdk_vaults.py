@@ -208,6 +208,7 @@ async def test_credentials_are_write_only(vault_api: VaultApi, caplog: pytest.Lo
     assert refused.status == "invalid"
     assert refused.refresh is not None and refused.refresh.http_response is not None
     assert refused.refresh.http_response.status_code == 400
+    assert refused.refresh.http_response.body == ""  # a summary only: the body is never echoed
 
     # -- the broker hands the secret out for a live session only ------------------------------------
     environment = await client.beta.environments.create(name="pool", config={"type": "self_hosted"})

@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anthropic
-import httpx
 import httpx2
 import uvicorn
 
 from control_plane.api.app import ApiServices, create_app
 from control_plane.api.auth import create_api_key
 from control_plane.enroll import CertificateAuthority, EnrollmentService
+from control_plane.outbound import OutboundGuard
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
@@ -43,10 +43,23 @@ class VaultApi:
         return b"".join(p.read_bytes() for p in parts if p.exists())
 
 
+# The local token endpoint listens on loopback, which the outbound rules refuse by default: the
+# API is run with loopback allowed, as an operator would with outbound_allow_networks. Tests of
+# the default rules pass ``allow_networks=()``.
+LOOPBACK = ("127.0.0.0/8",)
+
+
 @contextlib.asynccontextmanager
-async def running_vault_api(tmp_path: Path) -> AsyncIterator[VaultApi]:
+async def running_vault_api(
+    tmp_path: Path, *, allow_networks: tuple[str, ...] = LOOPBACK
+) -> AsyncIterator[VaultApi]:
     db_path = tmp_path / "control.db"
-    async with SqliteStore(db_path) as store, token_endpoint() as endpoint, httpx.AsyncClient() as oauth_http:
+    outbound = OutboundGuard(allow_networks)
+    async with (
+        SqliteStore(db_path) as store,
+        token_endpoint() as endpoint,
+        outbound.http_client(timeout_s=15) as oauth_http,
+    ):
         key, _ = await create_api_key(store, "test", utcnow())
         registry = EdgeRegistry()
         vault = Vault.create(
@@ -55,6 +68,7 @@ async def running_vault_api(tmp_path: Path) -> AsyncIterator[VaultApi]:
             CapabilitySigner.load_or_create(tmp_path / "vault-capability.key"),
             oauth_http,
             utcnow,
+            outbound=outbound,
         )
         services = ApiServices(
             store=store,
@@ -66,6 +80,7 @@ async def running_vault_api(tmp_path: Path) -> AsyncIterator[VaultApi]:
             clock=utcnow,
             tunnel_address=None,
             vault=vault,
+            outbound=outbound,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))

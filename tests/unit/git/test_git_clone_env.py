@@ -30,12 +30,12 @@ def test_the_credential_is_a_header_scoped_to_the_repository() -> None:
     }
     assert pairs == {
         "credential.helper": "",
-        "http.followRedirects": "initial",
+        "http.followRedirects": "false",
         "http.https://git.internal:8443/org/app.git.extraHeader": "Authorization: Bearer s3cret",
     }
     assert env["GIT_TERMINAL_PROMPT"] == "0"
     assert env["GIT_CONFIG_NOSYSTEM"] == "1" and env["GIT_CONFIG_GLOBAL"] == os.devnull
-    assert env["GIT_ALLOW_PROTOCOL"] == "http:https"
+    assert env["GIT_ALLOW_PROTOCOL"] == "https"  # the remote's own transport only
     assert env["HOME"] == "/scratch/home"
     assert not any(k.startswith(("SSH_", "GIT_ASKPASS")) for k in env)
 

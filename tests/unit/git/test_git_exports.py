@@ -16,6 +16,7 @@ def test_exports() -> None:
         "GitService",
         "RelayRoutes",
         "RemoteUrl",
+        "RepositoryPolicy",
         "WorkspaceBackend",
         "classify",
         "git_environment",

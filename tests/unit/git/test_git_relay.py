@@ -18,6 +18,7 @@ import pytest
 
 from edge_agent.egress import Allowlist, EgressProxy, LocalService
 from edge_agent.git import EdgeCredentials, GitCredentialConfig, GitRelay, RelayRoutes
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.mcp.config import SecretSource
 from outpost_wire.frames import Repository
 
@@ -27,6 +28,8 @@ EDGE_SECRET = "edge-own-secret-41d0"
 REPO = Repository("sesrsc_a1", "https://git.internal:8443/org/app.git", "/workspace/app", token=CANARY)
 EDGE_REPO = Repository("sesrsc_a2", "https://edge.internal/lib.git", "/workspace/lib")
 B_REPO = Repository("sesrsc_b1", "https://git.internal:8443/org/other.git", "/workspace/other")
+# The edge's repositories rule for these tests (the default allows no repository at all).
+POLICY = RepositoryPolicy(allowed_hosts=("git.internal", "edge.internal", "down.internal"))
 
 
 @dataclass
@@ -70,7 +73,7 @@ async def rig() -> AsyncIterator[Rig]:
     creds = EdgeCredentials(
         [GitCredentialConfig(host="edge.internal", token=SecretSource(value=EDGE_SECRET))]
     )
-    relay = GitRelay(routes, creds, idle_timeout_s=5, transport=httpx.MockTransport(upstream))
+    relay = GitRelay(routes, creds, idle_timeout_s=5, transport=httpx.MockTransport(upstream), policy=POLICY)
     proxy = EgressProxy(A_ADDR, 0, local=LocalService(GitRelay.prefix, relay.serve))
     await proxy.start()
     proxy.grant(A_ADDR, "sesn_a", Allowlist.parse([]))
@@ -200,7 +203,7 @@ async def test_upstream_404_and_unreachable(rig: Rig) -> None:
     rig.upstream.status = 404
     path = rig.path("sesn_a", "sesrsc_a1", "info/refs") + "?service=git-upload-pack"
     assert (await rig.send(get(path)))[0] == 404
-    rig.routes.update("sesn_a", [Repository("sesrsc_a1", "https://[::1]:1/x.git", "/workspace/x")])
+    rig.routes.update("sesn_a", [Repository("sesrsc_a1", "https://down.internal:1/x.git", "/workspace/x")])
 
     async def broken(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("refused", request=request)
@@ -208,3 +211,51 @@ async def test_upstream_404_and_unreachable(rig: Rig) -> None:
     rig.upstream.__class__ = type("Broken", (Upstream,), {"__call__": lambda self, r: broken(r)})
     status, _, body = await rig.send(get(path))
     assert status == 502 and body.startswith(b"git.upstream")
+
+
+async def test_the_policy_and_the_address_checks_hold_in_the_relay(rig: Rig) -> None:
+    path = rig.path("sesn_a", "sesrsc_a1", "info/refs") + "?service=git-upload-pack"
+    for url, rule in (
+        ("https://other.example/x.git", b"repositories.allowed_hosts"),
+        ("http://git.internal/x.git", b"repositories.allow_http"),
+    ):
+        rig.routes.update("sesn_a", [Repository("sesrsc_a1", url, "/workspace/x")])
+        status, _, body = await rig.send(get(path))
+        assert (status, body.split(b":")[0]) == (403, rule)
+    assert rig.upstream.requests == []
+
+
+async def test_the_real_upstream_client_dials_only_checked_addresses() -> None:
+    """No transport hook: a host that resolves to loopback is refused before any connect."""
+    connections: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    listener = await asyncio.start_server(count, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+
+    async def to_loopback(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    routes = RelayRoutes()
+    policy = RepositoryPolicy(allowed_hosts=("git.rebind.test",), allow_http=True)
+    relay = GitRelay(routes, EdgeCredentials([]), idle_timeout_s=5, policy=policy, resolver=to_loopback)
+    proxy = EgressProxy(A_ADDR, 0, local=LocalService(GitRelay.prefix, relay.serve))
+    await proxy.start()
+    proxy.grant(A_ADDR, "sesn_a", Allowlist.parse([]))
+    routes.update("sesn_a", [Repository("r1", f"http://git.rebind.test:{port}/x.git", "/workspace/x")])
+    try:
+        rig = Rig(proxy, routes, Upstream())
+        status, _, body = await rig.send(
+            get(rig.path("sesn_a", "r1", "info/refs") + "?service=git-upload-pack")
+        )
+    finally:
+        await proxy.close()
+        await relay.close()
+        listener.close()
+        await listener.wait_closed()
+    assert status == 403 and body.startswith(b"repositories.address")
+    assert b"loopback" in body
+    assert connections == []

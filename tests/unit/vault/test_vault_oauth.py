@@ -12,14 +12,26 @@ from datetime import timedelta
 import httpx
 import pytest
 
+from control_plane.errors import InvalidRequest
+from control_plane.outbound import OutboundGuard, OutboundRefused
 from control_plane.store import MemoryStore
 from control_plane.vault import FileKek, Keyring, OAuthRefresher, RefreshFailed, VaultService
 from control_plane.vault.oauth import scrub
 from control_plane.vault.params import VaultCreate
 from control_plane.vault.service import CREDENTIAL_KIND
-from tests.unit.vault._vault_support import Clock, TokenEndpoint, mcp_oauth, token_endpoint, wait_for
+from tests.unit.vault._vault_support import (
+    Clock,
+    TokenEndpoint,
+    mcp_oauth,
+    static_bearer,
+    token_endpoint,
+    wait_for,
+)
 
 SECRETS = ("at-old", "rt-old", "cs-secret")
+# The token endpoint of these tests listens on loopback, which the outbound rules refuse by
+# default: the operator's allow-list lets it through (as outbound_allow_networks would).
+LOOPBACK_ALLOWED = OutboundGuard(["127.0.0.0/8"])
 
 
 @dataclass
@@ -32,7 +44,9 @@ class Setup:
     vault_id: str
 
     def refresher(self, holder: str = "p1") -> OAuthRefresher:
-        return OAuthRefresher(self.store, self.service.cipher, self.http, self.clock, holder=holder)
+        return OAuthRefresher(
+            self.store, self.service.cipher, self.http, self.clock, holder=holder, outbound=LOOPBACK_ALLOWED
+        )
 
     async def credential(self, *, expires_in_s: float = 30, **kwargs: object) -> str:
         params = mcp_oauth(
@@ -47,9 +61,9 @@ class Setup:
 async def setup() -> AsyncIterator[Setup]:
     store = MemoryStore()
     clock = Clock()
-    service = VaultService(store, Keyring(FileKek.generate()), clock)
+    service = VaultService(store, Keyring(FileKek.generate()), clock, outbound=LOOPBACK_ALLOWED)
     vault_id = (await service.create_vault(VaultCreate(display_name="v"))).id
-    async with token_endpoint() as endpoint, httpx.AsyncClient() as http:
+    async with token_endpoint() as endpoint, LOOPBACK_ALLOWED.http_client(timeout_s=15) as http:
         yield Setup(store, clock, service, http, endpoint, vault_id)
     await store.close()
 
@@ -149,11 +163,12 @@ async def test_refused_refresh(setup: Setup, caplog: pytest.LogCaptureFixture) -
     assert caught.value.status_code == 400
     response = caught.value.http_response
     assert response is not None
-    assert "rt-old" not in response["body"]
-    assert "[redacted]" in response["body"]
+    # A summary only: the body of an endpoint a caller named is never handed back.
+    assert response["body"] == "" and response["body_truncated"] is True
+    assert response["status_code"] == 400
     result = await refresher.refresh(cid)
     assert result.status == "failed"
-    assert result.http_response is not None and "rt-old" not in result.http_response["body"]
+    assert result.http_response is not None and result.http_response["body"] == ""
     res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
     assert "refresh_claim" not in res.body  # released after the failure
     for secret in SECRETS:
@@ -195,3 +210,38 @@ def test_scrub() -> None:
     scrubbed = scrub(text, ["secret-1", ""])
     assert "abc" not in scrubbed and "def" not in scrubbed and "secret-1" not in scrubbed
     assert '"error": "x"' in scrubbed
+
+
+async def test_token_endpoint_on_a_private_address_is_not_dialled(setup: Setup) -> None:
+    """A name that resolves to a refused address (DNS changed after the credential was stored):
+    the refresh is a ``connect_error`` naming the rule, and the endpoint sees no request."""
+    port = int(setup.endpoint.url.rsplit(":", 1)[1].split("/")[0])
+    cid = await setup.credential(expires_in_s=5)
+    res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
+    assert res.body["auth"]["refresh"]["token_endpoint"].startswith("http://127.0.0.1:")
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        return ["127.0.0.1"]
+
+    strict = OutboundGuard(resolver=rebinding)  # no allow-list
+    async with strict.http_client(timeout_s=5) as http:
+        refresher = OAuthRefresher(setup.store, setup.service.cipher, http, setup.clock, outbound=strict)
+        result = await refresher.refresh(cid)
+        assert result.status == "connect_error"
+        assert result.http_response is None
+        # Straight through the pinned client too (no pre-flight): refused before any connect.
+        with pytest.raises(OutboundRefused) as caught:
+            await http.post(f"http://token.test:{port}/token")
+        assert caught.value.rule == "outbound.loopback"
+    assert setup.endpoint.requests == []
+
+
+async def test_stored_urls_are_checked(setup: Setup) -> None:
+    strict = VaultService(setup.store, Keyring(FileKek.generate()), setup.clock)
+    vault_id = (await strict.create_vault(VaultCreate(display_name="v"))).id
+    for url in ("https://169.254.169.254/token", "https://[::ffff:127.0.0.1]/t", "https://2130706433/t"):
+        with pytest.raises(InvalidRequest, match="outbound_allow_networks") as caught:
+            await strict.create_credential(vault_id, mcp_oauth(token_endpoint=url))
+        assert caught.value.param == "auth.refresh.token_endpoint"
+    with pytest.raises(InvalidRequest, match=r"rule: outbound\.private"):
+        await strict.create_credential(vault_id, static_bearer("https://10.1.2.3/mcp"))

@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 
 from control_plane.errors import Conflict, InvalidRequest, NotFound
+from control_plane.outbound import OutboundGuard
 from control_plane.store import MemoryStore
 from control_plane.vault import DecryptionFailed, FileKek, Keyring, VaultService
 from control_plane.vault.params import CredentialUpdate, VaultCreate, VaultUpdate
@@ -142,7 +143,12 @@ async def test_bad_create_requests(service: VaultService, clock: Clock) -> None:
         await service.create_credential(vault_id, mcp_oauth(expires_at=clock.now - timedelta(seconds=1)))
     with pytest.raises(InvalidRequest, match="https"):
         await service.create_credential(vault_id, mcp_oauth(token_endpoint="http://auth.example.com/token"))
-    await service.create_credential(vault_id, mcp_oauth(token_endpoint="http://127.0.0.1:9/token"))
+    # Loopback is refused by the outbound rules unless the operator allows it; then plain http is
+    # accepted there (and only there).
+    with pytest.raises(InvalidRequest, match=r"rule: outbound\.loopback"):
+        await service.create_credential(vault_id, mcp_oauth(token_endpoint="http://127.0.0.1:9/token"))
+    allowing = VaultService(service.store, service.keyring, clock, outbound=OutboundGuard(["127.0.0.0/8"]))
+    await allowing.create_credential(vault_id, mcp_oauth(token_endpoint="http://127.0.0.1:9/token"))
     for hosts in (
         ["https://api.example.com"],
         ["api.example.com:443"],
