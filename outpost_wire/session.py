@@ -39,8 +39,16 @@ object is reused across reconnects: the outbox survives ``connection_lost`` and 
 as the next Welcome arrives. The CONTROL side reassembles chunks per request id (results of
 different requests may interleave chunk by chunk; within one request the indexes must run 0, 1, 2,
 ...), emits ResultReceived for every complete result (duplicates included: deduplication belongs
-to the caller, which knows the idempotency keys) and always acks. Results for request ids this
-session never sent are accepted too: they may be redeliveries for a previous control-plane process.
+to the caller, which knows the idempotency keys) and always acks.
+
+What the CONTROL side buffers is bounded, because an authenticated edge is still not trusted with
+the control plane's memory: chunks are reassembled only for request ids the caller says it awaits
+from this peer (``expects_result``; the control plane: requests pending on this edge). Chunks of
+any other id are dropped unbuffered (counted in ``dropped_result_chunks``; the last one is still
+acked, so an honest edge's outbox empties) and emit no event. Across all request ids, partial
+results may hold at most ``max_reassembly_bytes``; past that the session fails with
+FRAME_TOO_LARGE and closes. Without ``expects_result`` every id is awaited (tests and tools that
+play a control plane).
 
 Time: methods that depend on time take ``now`` (monotonic seconds). Methods that queue a frame
 without a ``now`` argument stamp it with the latest ``now`` the session was given, a lower bound of
@@ -55,7 +63,7 @@ from __future__ import annotations
 import contextlib
 import enum
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -118,12 +126,26 @@ class SessionConfig:
     heartbeat_timeout_s: float = 30.0
     max_result_bytes: int = 64 * 1024 * 1024
     """Cap on one serialized outcome: the EDGE refuses to send more, the CONTROL side to reassemble."""
+    max_reassembly_bytes: int = 256 * 1024 * 1024
+    """CONTROL: cap on the partial results held for one connection, all request ids together."""
 
     def __post_init__(self) -> None:
-        for name in ("max_frame_bytes", "heartbeat_interval_s", "heartbeat_timeout_s", "max_result_bytes"):
+        names = (
+            "max_frame_bytes",
+            "heartbeat_interval_s",
+            "heartbeat_timeout_s",
+            "max_result_bytes",
+            "max_reassembly_bytes",
+        )
+        for name in names:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"SessionConfig.{name} must be a positive number, got {value!r}")
+        if self.max_reassembly_bytes < self.max_result_bytes:
+            raise ValueError(
+                f"SessionConfig.max_reassembly_bytes ({self.max_reassembly_bytes}) must be at least "
+                f"max_result_bytes ({self.max_result_bytes})"
+            )
 
 
 class Role(enum.Enum):
@@ -210,9 +232,14 @@ class _Reassembly:
 class TunnelSession:
     """One side (``role``) of the tunnel protocol; see the module docstring."""
 
-    def __init__(self, role: Role, config: SessionConfig) -> None:
+    def __init__(
+        self, role: Role, config: SessionConfig, *, expects_result: Callable[[str], bool] | None = None
+    ) -> None:
+        """``expects_result(request_id)`` (CONTROL): whether a result for that id is awaited from
+        this peer; chunks of other ids are dropped unbuffered. ``None``: every id is awaited."""
         self._role = role
         self._config = config
+        self._expects_result = expects_result
         self._state = ConnState.DISCONNECTED
         self._outgoing: list[bytes] = []
         self._events: list[Event] = []
@@ -225,6 +252,9 @@ class TunnelSession:
         self._last_received_at = 0.0
         self._heartbeat_seq = 0
         self._reassembly: dict[str, _Reassembly] = {}  # CONTROL: partial results by request id
+        self._reassembly_bytes = 0  # CONTROL: their sizes together (max_reassembly_bytes)
+        self.dropped_result_chunks = 0
+        """CONTROL: chunks dropped unbuffered because no result was awaited for their id."""
         self._outbox: dict[str, bytes] = {}  # EDGE: encoded outcomes awaiting an Ack
         self.sandboxes_in_use = 0
         """EDGE: reported in outgoing heartbeats; the caller keeps it current."""
@@ -266,6 +296,11 @@ class TunnelSession:
             interval = min(interval, self._peer_welcome.heartbeat_interval_s)
         return interval
 
+    @property
+    def reassembly_bytes(self) -> int:
+        """CONTROL: bytes of partial results held now, all request ids together."""
+        return self._reassembly_bytes
+
     def unacked_results(self) -> list[str]:
         """EDGE: request ids whose results were not acked yet, oldest first."""
         return list(self._outbox)
@@ -281,7 +316,7 @@ class TunnelSession:
         """The transport is gone. Unsent frames and partial results are dropped; the outbox stays."""
         self._transition(_Input.CONNECTION_LOST)
         self._outgoing.clear()
-        self._reassembly.clear()
+        self._drop_partials()
         self._peer_hello = self._peer_welcome = self._last_peer_heartbeat = None
         self._hello_sent = False
 
@@ -314,7 +349,7 @@ class TunnelSession:
             return
         if now - self._last_received_at >= self._config.heartbeat_timeout_s:
             self._transition(_Input.CLOSE)
-            self._reassembly.clear()
+            self._drop_partials()
             self._events.append(PeerDead())
             return
         if self._state in _LIVE and now - self._last_sent_at >= self.heartbeat_interval_s:
@@ -335,7 +370,7 @@ class TunnelSession:
         if code is not None and self._state in _CONNECTED:
             self._queue_error(code, message)
         self._transition(_Input.CLOSE)
-        self._reassembly.clear()
+        self._drop_partials()
 
     # --- sending ---
 
@@ -425,6 +460,10 @@ class TunnelSession:
             piece = data[index * step : (index + 1) * step]
             self._queue(ResultChunk(request_id, index, index == count - 1, piece))
 
+    def _drop_partials(self) -> None:
+        self._reassembly.clear()
+        self._reassembly_bytes = 0
+
     def _queue_error(self, code: ErrorCode, message: str) -> None:
         # A frame limit too small for an error message: the end of the stream says enough.
         with contextlib.suppress(WireError):
@@ -433,7 +472,7 @@ class TunnelSession:
     def _fail(self, code: ErrorCode, message: str) -> None:
         self._queue_error(code, message)
         self._transition(_Input.CLOSE)
-        self._reassembly.clear()
+        self._drop_partials()
         self._events.append(ProtocolError(code, message))
 
     def _handle(self, frame: Frame) -> None:
@@ -476,10 +515,20 @@ class TunnelSession:
                 self._events.append(DrainReceived(frame.reason, frame.grace_ms))
             case ErrorFrame():
                 self._transition(_Input.CLOSE)
-                self._reassembly.clear()
+                self._drop_partials()
                 self._events.append(PeerError(frame.code, frame.message))
 
     def _receive_chunk(self, chunk: ResultChunk) -> None:
+        if self._expects_result is not None and not self._expects_result(chunk.request_id):
+            # Nobody waits for it (a made-up id, another edge's request, one given up on): never
+            # buffered. The last chunk is acked so that an honest edge's outbox lets go of it.
+            gone = self._reassembly.pop(chunk.request_id, None)
+            if gone is not None:
+                self._reassembly_bytes -= gone.size
+            self.dropped_result_chunks += 1
+            if chunk.last:
+                self._queue(Ack(chunk.request_id))
+            return
         partial = self._reassembly.get(chunk.request_id)
         expected = 0 if partial is None else len(partial.parts)
         if chunk.index != expected:
@@ -492,15 +541,22 @@ class TunnelSession:
                 f"result {chunk.request_id!r} exceeds max_result_bytes={self._config.max_result_bytes}"
             )
         if not chunk.last:
+            if self._reassembly_bytes + len(chunk.data) > self._config.max_reassembly_bytes:
+                raise FrameTooLarge(
+                    f"partial results on this connection exceed "
+                    f"max_reassembly_bytes={self._config.max_reassembly_bytes}"
+                )
             if partial is None:
                 partial = self._reassembly[chunk.request_id] = _Reassembly()
             partial.parts.append(chunk.data)
             partial.size = size
+            self._reassembly_bytes += len(chunk.data)
             return
         if partial is None:
             data = chunk.data
         else:
             del self._reassembly[chunk.request_id]
+            self._reassembly_bytes -= partial.size
             data = b"".join([*partial.parts, chunk.data])
         self._events.append(ResultReceived(chunk.request_id, decode_outcome(data)))
         self._queue(Ack(chunk.request_id))

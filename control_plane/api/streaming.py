@@ -6,7 +6,12 @@ Every frame names its type on an ``event:`` line (the SDK drops frames without o
     event: agent.message
     data: {"id": "sevt_...", "type": "agent.message", "processed_at": "...", "content": [...]}
 
-Keep-alives are ``event: ping`` / ``data: {}`` frames, which the SDK skips.
+Keep-alives are ``event: ping`` / ``data: {}`` frames, which the SDK skips. A ping is pure keep-alive:
+it reads nothing from the store (an idle stream costs a timer, not a query); everything a stream
+sends comes from a bus notification.
+
+Limits: :class:`StreamSlots` counts the open streams per API key and in all; past the per-key cap a
+new stream is refused with 429 ``rate_limit_error``, past the process-wide cap with 503.
 
 Delivery: the stream subscribes to the bus *before* it reads how far the log reaches, so every
 event persisted after the client connected is delivered, in log order, read back from the store on
@@ -31,12 +36,13 @@ from typing import Any
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from control_plane.api.errors import ApiError
 from control_plane.bus import Delta, EventBus, Subscription
 from control_plane.errors import NotFound
 from control_plane.sessions.events import event_json, new_event_id, rfc3339
 from control_plane.store.base import Event, Store
 
-__all__ = ["PING_FRAME", "EventStream", "SseResponse", "sse_frame"]
+__all__ = ["PING_FRAME", "EventStream", "SseResponse", "StreamSlots", "sse_frame"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +56,55 @@ def sse_frame(event_type: str, data: dict[str, Any], event_id: str | None = None
     head = f"id: {event_id}\n" if event_id is not None else ""
     body = json.dumps(data, separators=(",", ":"), ensure_ascii=False)
     return f"{head}event: {event_type}\ndata: {body}\n\n".encode()
+
+
+class StreamSlots:
+    """Open event streams, per API key and in all, under their caps."""
+
+    def __init__(self, max_per_key: int, max_total: int) -> None:
+        if max_per_key < 1 or max_total < 1:
+            raise ValueError("stream caps must be positive")
+        self.max_per_key = max_per_key
+        self.max_total = max_total
+        self._by_key: dict[str, int] = {}
+        self.total = 0
+
+    def acquire(self, key_id: str) -> Callable[[], None]:
+        """Take a slot for ``key_id``; returns its release (idempotent). Raises :class:`ApiError`
+        429 past the key's cap, 503 past the process's."""
+        held = self._by_key.get(key_id, 0)
+        if held >= self.max_per_key:
+            raise ApiError(
+                429,
+                f"too many open event streams for this API key ({held}, the limit is "
+                f"{self.max_per_key}, stream_max_per_key); close one before opening another",
+            )
+        if self.total >= self.max_total:
+            raise ApiError(
+                503,
+                f"this control plane holds its limit of {self.max_total} open event streams "
+                "(stream_max_total); retry later",
+            )
+        self._by_key[key_id] = held + 1
+        self.total += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            if released:
+                return
+            released = True
+            self.total -= 1
+            left = self._by_key[key_id] - 1
+            if left:
+                self._by_key[key_id] = left
+            else:
+                del self._by_key[key_id]
+
+        return release
+
+    def held_by(self, key_id: str) -> int:
+        return self._by_key.get(key_id, 0)
 
 
 class SseResponse(StreamingResponse):
@@ -142,10 +197,7 @@ class EventStream:
         while True:
             item = await self._sub.get(self._ping_interval_s)
             if item is None:
-                if not await self._session_exists():
-                    yield self._deleted_frame()
-                    return
-                yield PING_FRAME
+                yield PING_FRAME  # keep-alive only: no store read (a deletion comes on the bus)
             elif isinstance(item, Delta):
                 preview = self._delta_frame(item.payload)
                 if preview is not None:

@@ -7,7 +7,10 @@ import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
-from control_plane.api.streaming import PING_FRAME, EventStream, sse_frame
+import pytest
+
+from control_plane.api.errors import ApiError
+from control_plane.api.streaming import PING_FRAME, EventStream, StreamSlots, sse_frame
 from control_plane.bus import EventBus
 from control_plane.sessions.events import new_event_id
 from control_plane.store.base import NewEvent
@@ -107,3 +110,54 @@ async def test_events_and_previews_keep_their_published_order() -> None:
     assert names == ["session.status_running", "event_start", "agent.message", "session.status_idle"]
     await frames.aclose()
     stream.close()
+
+
+class _CountingStore(MemoryStore):
+    """Counts the reads an idle stream makes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reads = 0
+
+    async def get_resource(self, kind: str, resource_id: str):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return await super().get_resource(kind, resource_id)
+
+    async def get_events(self, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        self.reads += 1
+        return await super().get_events(*args, **kwargs)  # type: ignore[arg-type]
+
+
+async def test_pings_read_nothing_from_the_store() -> None:
+    store, bus = _CountingStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    stream = await open_stream(store, bus)
+    frames = stream.frames()
+    store.reads = 0
+    for _ in range(5):
+        assert await next_frame(frames) == PING_FRAME
+    assert store.reads == 0
+    await frames.aclose()
+    stream.close()
+
+
+def test_stream_slots_cap_per_key_then_in_all() -> None:
+    slots = StreamSlots(max_per_key=2, max_total=3)
+    a1, a2 = slots.acquire("key_a"), slots.acquire("key_a")
+    with pytest.raises(ApiError) as per_key:
+        slots.acquire("key_a")
+    assert per_key.value.status == 429 and per_key.value.error_type == "rate_limit_error"
+    assert "stream_max_per_key" in per_key.value.message
+    b1 = slots.acquire("key_b")
+    with pytest.raises(ApiError) as total:
+        slots.acquire("key_c")
+    assert total.value.status == 503 and "stream_max_total" in total.value.message
+    a1()
+    a1()  # idempotent: releases one slot only
+    assert slots.total == 2 and slots.held_by("key_a") == 1
+    slots.acquire("key_c")
+    a2()
+    b1()
+    assert slots.held_by("key_a") == slots.held_by("key_b") == 0
+    with pytest.raises(ValueError):
+        StreamSlots(max_per_key=0, max_total=1)
