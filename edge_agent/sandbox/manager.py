@@ -36,7 +36,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -48,6 +48,7 @@ from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
 from .runtime import ContainerRecord, DockerRuntime
+from .sandboxd import QUOTA_ENV
 from .spec import (
     LABEL_EDGE_ID,
     LABEL_EGRESS,
@@ -176,16 +177,23 @@ class SandboxManager:
         egress_limits: ProxyLimits | None = None,
         egress_resolver: Resolver | None = None,
         git: GitService | None = None,
+        on_provisioned: Callable[[str, float], None] | None = None,
+        workspace_quota_bytes: int = 0,
     ) -> None:
         """``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
         the default is the host's resolver). ``git``: clones repositories and relays pull/push
-        (owned by the caller, who closes it after the manager); None = repositories are refused."""
+        (owned by the caller, who closes it after the manager); None = repositories are refused.
+        ``on_provisioned(kind, seconds)``: told each time a sandbox was made ready for a call,
+        ``cold`` (a new container, up to its open channel) or ``resume`` (a paused or detached one).
+        ``workspace_quota_bytes``: the soft size quota sandboxd enforces on ``/workspace`` (0 = none)."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
             raise ValueError("max_sandboxes must be at least 1")
         if idle_pause_s <= 0:
             raise ValueError("idle_pause_s must be positive")
+        if workspace_quota_bytes < 0:
+            raise ValueError("workspace_quota_bytes must not be negative")
         self._runtime = runtime
         self._edge_id = edge_id
         self._idle_pause_s = idle_pause_s
@@ -203,6 +211,8 @@ class SandboxManager:
             local=git.local_service() if git is not None else None,
         )
         self._git = git
+        self._on_provisioned = on_provisioned
+        self._workspace_quota_bytes = workspace_quota_bytes
         self._sandboxes: dict[str, _Sandbox] = {}
         self._locks = _SessionLocks()
         self._reserved = 0  # creations in progress, counted against max_sandboxes
@@ -372,19 +382,28 @@ class SandboxManager:
             if sb.channel is not None and not sb.paused and not sb.broken and not sb.channel.closed:
                 return sb, True  # the hot path: no awaits
             try:
+                started = time.monotonic()
                 await self._make_ready(sb)
+                self._provisioned("resume", started)
                 return sb, True
             except SandboxUnavailable as exc:
                 log.info("sandbox %s of session %s is gone (%s); replacing it", sb.short_id, session_id, exc)
                 await self._discard(sb)
+        started = time.monotonic()
         task = asyncio.ensure_future(self._create(session_id, limits))
         try:
-            return await asyncio.shield(task), False
+            created = await asyncio.shield(task)
+            self._provisioned("cold", started)
+            return created, False
         except asyncio.CancelledError:
             # Let the creation finish so the container is tracked, not leaked; then give up.
             with contextlib.suppress(BaseException):
                 await task
             raise
+
+    def _provisioned(self, kind: str, started: float) -> None:
+        if self._on_provisioned is not None:
+            self._on_provisioned(kind, time.monotonic() - started)
 
     async def _make_ready(self, sb: _Sandbox) -> None:
         if sb.broken or (sb.channel is not None and sb.channel.closed):
@@ -464,7 +483,10 @@ class SandboxManager:
         )
 
     async def _open_channel(self, container_id: str) -> DaemonChannel:
-        return await DaemonChannel.open(self._runtime, container_id, user=self.user, workdir=self.workdir)
+        env = {QUOTA_ENV: str(self._workspace_quota_bytes)} if self._workspace_quota_bytes else None
+        return await DaemonChannel.open(
+            self._runtime, container_id, user=self.user, workdir=self.workdir, env=env
+        )
 
     async def _discard(self, sb: _Sandbox) -> None:
         """Forget a dead sandbox and remove its container (never its volume)."""

@@ -21,12 +21,14 @@ def test_exports() -> None:
         "CapacityExhausted",
         "ConfigError",
         "EdgeError",
+        "EdgeRefused",
         "PolicyDenied",
         "RepositoryAuthenticationFailed",
         "RepositoryCheckoutFailed",
         "RepositoryError",
         "RepositoryForbidden",
         "RepositoryNotFound",
+        "RepositoryRefused",
         "SandboxUnavailable",
         "UnknownSession",
     ]
@@ -46,6 +48,12 @@ def test_codes(cls: type[EdgeError], code: ErrorCode) -> None:
     assert isinstance(exc, EdgeError) and isinstance(exc, OutpostError)
     assert cls.code is code and exc.code is code
     assert exc.message == str(exc) == "message"
+
+
+def test_edge_refused_names_the_reason_in_words() -> None:
+    exc = errors.EdgeRefused("unknown_edge")
+    assert exc.code is ErrorCode.UNAUTHENTICATED and exc.reason == "unknown_edge"
+    assert str(exc) == "the control plane refuses this edge: unknown edge"
 
 
 def test_policy_denied_names_the_rule() -> None:

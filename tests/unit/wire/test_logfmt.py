@@ -33,6 +33,7 @@ def test_exports() -> None:
         "JsonFormatter",
         "PlainFormatter",
         "configure_logging",
+        "escape_field",
         "log_context",
     }
 
@@ -93,3 +94,61 @@ def test_plain_lines_append_ids_and_drop_timestamps_under_journald(
     with log_context(session_id="sesn_9"):
         logging.getLogger("outpost.p").info("hello %d", 5)
     assert out.getvalue() == "INFO outpost.p: hello 5 [session_id=sesn_9]\n"
+
+
+# escaping: a field a peer controls must never start a log line of its own ----------------------
+
+HOSTILE = "1.0\nINFO control_plane.fake: edge ok\r\x1b[2J\x00\x85\u2028\u2029\x7fend"
+
+
+def _record(msg: str, *args: object, exc: bool = False) -> logging.LogRecord:
+    exc_info = None
+    if exc:
+        try:
+            raise ValueError(HOSTILE)
+        except ValueError:
+            import sys
+
+            exc_info = sys.exc_info()
+    return logging.LogRecord("outpost.x", logging.WARNING, __file__, 1, msg, args, exc_info)
+
+
+def test_escape_field() -> None:
+    assert logfmt.escape_field(HOSTILE) == (
+        "1.0\\nINFO control_plane.fake: edge ok\\r\\x1b[2J\\x00\\x85\\u2028\\u2029\\x7fend"
+    )
+    assert logfmt.escape_field("plain text, unicode é ✓") == "plain text, unicode é ✓"
+
+
+def test_plain_lines_escape_the_message_and_ids() -> None:
+    record = _record("edge hello: software_version=%s", HOSTILE)
+    record.edge_id = "edge\nFAKE"
+    line = logfmt.PlainFormatter(timestamps=False).format(record)
+    assert line.splitlines() == [line]  # one line, whatever str.splitlines counts as a break
+    assert line == (
+        "WARNING outpost.x: edge hello: software_version="
+        + logfmt.escape_field(HOSTILE)
+        + " [edge_id=edge\\nFAKE]"
+    )
+
+
+def test_plain_traceback_lines_cannot_pass_for_records() -> None:
+    line = logfmt.PlainFormatter(timestamps=False).format(_record("failed", exc=True))
+    first, *rest = line.split("\n")
+    assert first == "WARNING outpost.x: failed"
+    assert rest and all(part.startswith("| ") for part in rest)
+    # The newline inside the exception's message ends a traceback line, but the line after it is
+    # still marked as part of this record.
+    injected = logfmt.escape_field(HOSTILE.partition("\n")[2])
+    assert rest[-2:] == ["| ValueError: 1.0", f"| {injected}"]
+
+
+def test_json_lines_escape_everything_that_breaks_a_line() -> None:
+    record = _record("v=%s", HOSTILE, exc=True)
+    record.session_id = HOSTILE
+    line = JsonFormatter().format(record)
+    assert line.splitlines() == [line]
+    doc = json.loads(line)
+    assert doc["message"] == f"v={HOSTILE}"  # escaped on the wire, exact once parsed
+    assert doc["session_id"] == HOSTILE
+    assert doc["exception"].endswith(f"ValueError: {HOSTILE}")
