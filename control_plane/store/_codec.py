@@ -50,7 +50,8 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 _FIELD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_\-]{0,127}")
 
-FilterValue = str | int | float | bool | None
+#: A scalar is "equal to"; a tuple of strings is "any of" (the empty tuple matches nothing).
+FilterValue = str | int | float | bool | None | tuple[str, ...]
 
 
 # -- time ---------------------------------------------------------------------------------------
@@ -138,7 +139,8 @@ def check_limit(limit: int) -> None:
 
 
 def check_filters(filters: Mapping[str, Any] | None) -> dict[str, FilterValue]:
-    """Filters are top-level field names mapped to scalar JSON values."""
+    """Filters are top-level field names mapped to scalar JSON values, or to a tuple (list,
+    frozenset) of strings: any of them."""
     if not filters:
         return {}
     checked: dict[str, FilterValue] = {}
@@ -147,6 +149,11 @@ def check_filters(filters: Mapping[str, Any] | None) -> dict[str, FilterValue]:
             raise InvalidRequest(
                 f"filter field {name!r} is not a plain top-level field name", param="filters"
             )
+        if isinstance(value, tuple | list | frozenset | set):
+            if not all(isinstance(v, str) for v in value):
+                raise InvalidRequest(f"filter {name!r}: a list of values must hold strings", param="filters")
+            checked[name] = tuple(sorted(value))
+            continue
         if value is not None and not isinstance(value, str | int | float | bool):
             raise InvalidRequest(
                 f"filter {name!r} must be a string, number, boolean or null", param="filters"
@@ -159,6 +166,8 @@ def filter_matches(body: Mapping[str, Any], name: str, wanted: FilterValue) -> b
     """The reference semantics of a filter: same JSON type (numbers compare as numbers, a boolean
     is not a number) and equal value; ``None`` matches JSON null or a missing field."""
     actual = body.get(name)
+    if isinstance(wanted, tuple):
+        return isinstance(actual, str) and actual in wanted
     if wanted is None:
         return actual is None
     if isinstance(wanted, bool):

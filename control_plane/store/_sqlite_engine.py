@@ -207,6 +207,12 @@ class SqliteEngine:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._readers, self._run_read, fn)
 
+    async def ping(self) -> None:
+        """Raise ``ControlPlaneError`` unless the writer thread runs and a read answers."""
+        if not self._closed and not self._writer.is_alive():
+            raise ControlPlaneError("the store's writer thread has stopped")
+        await self.read(lambda conn: conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall())
+
     async def close(self) -> None:
         """Finish the queued writes, then close every connection. Idempotent."""
         if self._closing is None:

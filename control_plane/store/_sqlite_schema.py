@@ -145,6 +145,21 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         """,
         "CREATE INDEX pop_nonces_by_expiry ON pop_nonces (expires_at)",
     ),
+    # 6: the fleet seen and steered: enrollment tokens withdrawn by the operator, listed per
+    # environment; when each edge's tunnel was last recorded as up
+    (
+        "ALTER TABLE enrollment_tokens ADD COLUMN revoked_at INTEGER",
+        "CREATE INDEX enrollment_tokens_by_environment ON enrollment_tokens (environment_id, created_at, id)",
+        "ALTER TABLE edges ADD COLUMN last_seen_at INTEGER",
+    ),
+    # 7: API keys as a resource: scope (the keys made before were the admin key), environments
+    # (a JSON array; NULL: all), expiry, last use
+    (
+        "ALTER TABLE api_keys ADD COLUMN scope TEXT NOT NULL DEFAULT 'admin'",
+        "ALTER TABLE api_keys ADD COLUMN environment_ids TEXT",
+        "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER",
+        "ALTER TABLE api_keys ADD COLUMN last_used_at INTEGER",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

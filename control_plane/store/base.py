@@ -99,6 +99,7 @@ class EnrollmentTokenRecord:
     expires_at: datetime
     used_at: datetime | None = None
     used_by_edge_id: str | None = None
+    revoked_at: datetime | None = None  # an unused token the operator withdrew: it enrolls nothing
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,8 @@ class EdgeRecord:
     #: with its current one or until it expires (``None``: only the current one is accepted).
     previous_cert_fingerprint: str | None = None
     previous_cert_not_after: datetime | None = None
+    #: When a control-plane process last recorded the edge's tunnel as up (``hold_edges``).
+    last_seen_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,13 @@ class ApiKeyRecord:
     key_hash: str  # sha256 hex
     created_at: datetime
     revoked_at: datetime | None = None
+    #: ``admin`` (everything, and the keys themselves), ``read_write`` or ``read_only``
+    #: (``control_plane.api.caller``); the least power unless said otherwise.
+    scope: str = "read_only"
+    #: The environments the key may see (their sessions, edges, tokens); ``None``: every one.
+    environment_ids: tuple[str, ...] | None = None
+    expires_at: datetime | None = None  # None: until revoked
+    last_used_at: datetime | None = None  # kept to the minute (``touch_api_key``)
 
 
 class Store(Protocol):
@@ -131,6 +141,11 @@ class Store(Protocol):
     (``NotFound``, ``VersionConflict``, ``SequenceConflict``, ``Fenced``, ``TokenRejected``)."""
 
     async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Return if the store answers now; raise ``ControlPlaneError`` saying why not (closed,
+        unreachable). For readiness probes: cheap, changes nothing."""
+        ...
 
     # -- resources --------------------------------------------------------------------------
     async def create_resource(self, kind: str, id: str, body: Mapping[str, Any], now: datetime) -> Resource:
@@ -244,13 +259,17 @@ class Store(Protocol):
     async def hold_edges(self, holder: str, edge_ids: Sequence[str], ttl_s: float, now: datetime) -> None:
         """Record that the control-plane process ``holder`` holds the tunnels of ``edge_ids`` until
         ``now + ttl_s`` (it refreshes them while it does). An edge has one tunnel: the last
-        process to record it wins."""
+        process to record it wins. ``now`` also becomes the ``last_seen_at`` of those of
+        ``edge_ids`` that are enrolled edges."""
 
     async def release_edges(self, holder: str, edge_ids: Sequence[str]) -> None:
         """Forget those of ``edge_ids`` that ``holder`` recorded (their tunnels closed)."""
 
     async def edge_holder(self, edge_id: str, now: datetime) -> str | None:
         """The process holding the edge's tunnel, ``None`` if no unexpired record says so."""
+
+    async def edge_holders(self, now: datetime) -> dict[str, str]:
+        """Every edge with an unexpired presence record, and the process holding its tunnel."""
 
     # -- wake requests (work one process noticed and another must run) -------------------------
     async def request_wake(self, session_id: str, now: datetime) -> None:
@@ -275,13 +294,25 @@ class Store(Protocol):
         self, token_hash: str, edge_id: str, now: datetime
     ) -> EnrollmentTokenRecord:
         """Atomically mark the token used. Raises ``TokenRejected`` with reason ``unknown``,
-        ``expired`` or ``used``."""
+        ``revoked``, ``used`` or ``expired``."""
+
+    async def list_enrollment_tokens(self, environment_id: str | None = None) -> list[EnrollmentTokenRecord]:
+        """Every token (of one environment, if given), oldest first (by ``created_at``, then id)."""
+
+    async def revoke_enrollment_token(self, token_id: str, now: datetime) -> EnrollmentTokenRecord:
+        """Withdraw an unused token: it enrolls nothing from now on (the first revocation stands).
+        ``NotFound`` for an unknown id; ``Conflict`` for a token already used (revoke the edge it
+        enrolled instead)."""
 
     async def create_edge(self, record: EdgeRecord) -> None: ...
 
     async def get_edge(self, edge_id: str) -> EdgeRecord: ...
 
     async def list_edges(self, environment_id: str | None = None) -> list[EdgeRecord]: ...
+
+    async def get_edges(self, edge_ids: Sequence[str]) -> list[EdgeRecord]:
+        """The edges of ``edge_ids`` that exist, in one read, oldest first (unknown ids are left
+        out)."""
 
     async def revoke_edge(self, edge_id: str, now: datetime) -> EdgeRecord:
         """Mark the edge revoked (the first revocation stands) and forget its previous certificate.
@@ -317,4 +348,18 @@ class Store(Protocol):
     # -- API keys ------------------------------------------------------------------------------
     async def create_api_key(self, record: ApiKeyRecord) -> None: ...
 
-    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None: ...
+    async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
+        """The key with this hash, revoked or expired ones too (the caller decides)."""
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord:
+        """``NotFound`` for an unknown id."""
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        """Every key, revoked and expired ones too, oldest first (by ``created_at``, then id)."""
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> ApiKeyRecord:
+        """Mark the key revoked (the first revocation stands). ``NotFound`` for an unknown id."""
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        """Record ``now`` as the key's ``last_used_at`` unless a later time is recorded already
+        (an unknown id is ignored)."""

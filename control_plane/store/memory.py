@@ -131,6 +131,9 @@ class MemoryStore:
     async def close(self) -> None:
         self._closed = True
 
+    async def ping(self) -> None:
+        self._check_open()
+
     def _check_open(self) -> None:
         if self._closed:
             raise ControlPlaneError("the store is closed")
@@ -421,8 +424,12 @@ class MemoryStore:
     async def hold_edges(self, holder: str, edge_ids: Sequence[str], ttl_s: float, now: datetime) -> None:
         self._check_open()
         expires_us = codec.to_us(now + timedelta(seconds=ttl_s))
+        seen = codec.from_us(codec.to_us(now))
         for edge_id in edge_ids:
             self._presence[edge_id] = (holder, expires_us)
+            edge = self._edges.get(edge_id)
+            if edge is not None:
+                self._edges[edge_id] = dataclasses.replace(edge, last_seen_at=seen)
 
     async def release_edges(self, holder: str, edge_ids: Sequence[str]) -> None:
         self._check_open()
@@ -436,6 +443,11 @@ class MemoryStore:
         if record is None or record[1] <= codec.to_us(now):
             return None
         return record[0]
+
+    async def edge_holders(self, now: datetime) -> dict[str, str]:
+        self._check_open()
+        now_us = codec.to_us(now)
+        return {edge_id: holder for edge_id, (holder, until) in self._presence.items() if until > now_us}
 
     # -- wake requests ----------------------------------------------------------------------
 
@@ -485,12 +497,40 @@ class MemoryStore:
         if token_id is None:
             raise TokenRejected("unknown")
         record = self._tokens[token_id]
+        if record.revoked_at is not None:
+            raise TokenRejected("revoked")
         if record.used_at is not None:
             raise TokenRejected("used")
         if codec.to_us(record.expires_at) <= now_us:
             raise TokenRejected("expired")
         record = dataclasses.replace(record, used_at=codec.from_us(now_us), used_by_edge_id=edge_id)
         self._tokens[token_id] = record
+        return record
+
+    async def list_enrollment_tokens(self, environment_id: str | None = None) -> list[EnrollmentTokenRecord]:
+        self._check_open()
+        return sorted(
+            (
+                r
+                for r in self._tokens.values()
+                if environment_id is None or r.environment_id == environment_id
+            ),
+            key=lambda r: (r.created_at, r.id),
+        )
+
+    async def revoke_enrollment_token(self, token_id: str, now: datetime) -> EnrollmentTokenRecord:
+        self._check_open()
+        record = self._tokens.get(token_id)
+        if record is None:
+            raise NotFound("enrollment token", token_id)
+        if record.used_at is not None:
+            raise Conflict(
+                f"enrollment token {token_id!r} was used already (by edge {record.used_by_edge_id})"
+            )
+        if record.revoked_at is None:
+            record = self._tokens[token_id] = dataclasses.replace(
+                record, revoked_at=codec.from_us(codec.to_us(now))
+            )
         return record
 
     async def create_edge(self, record: EdgeRecord) -> None:
@@ -506,6 +546,12 @@ class MemoryStore:
         if record is None:
             raise NotFound("edge", edge_id)
         return record
+
+    async def get_edges(self, edge_ids: Sequence[str]) -> list[EdgeRecord]:
+        self._check_open()
+        return sorted(
+            (self._edges[i] for i in set(edge_ids) if i in self._edges), key=lambda r: (r.created_at, r.id)
+        )
 
     async def list_edges(self, environment_id: str | None = None) -> list[EdgeRecord]:
         self._check_open()
@@ -583,6 +629,8 @@ class MemoryStore:
     async def create_api_key(self, record: ApiKeyRecord) -> None:
         self._check_open()
         record = _normalize(record)
+        if record.environment_ids is not None:
+            record = dataclasses.replace(record, environment_ids=tuple(record.environment_ids))
         if record.id in self._api_keys:
             raise Conflict(f"API key {record.id!r} exists already")
         if record.key_hash in self._api_key_ids_by_hash:
@@ -594,3 +642,29 @@ class MemoryStore:
         self._check_open()
         key_id = self._api_key_ids_by_hash.get(key_hash)
         return None if key_id is None else self._api_keys[key_id]
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord:
+        self._check_open()
+        record = self._api_keys.get(key_id)
+        if record is None:
+            raise NotFound("api_key", key_id)
+        return record
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        self._check_open()
+        return sorted(self._api_keys.values(), key=lambda r: (r.created_at, r.id))
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> ApiKeyRecord:
+        record = await self.get_api_key(key_id)
+        if record.revoked_at is None:
+            record = self._api_keys[key_id] = dataclasses.replace(
+                record, revoked_at=codec.from_us(codec.to_us(now))
+            )
+        return record
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        self._check_open()
+        record = self._api_keys.get(key_id)
+        now = codec.from_us(codec.to_us(now))
+        if record is not None and (record.last_used_at is None or record.last_used_at < now):
+            self._api_keys[key_id] = dataclasses.replace(record, last_used_at=now)

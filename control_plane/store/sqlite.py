@@ -13,6 +13,7 @@ so any slice of a session is one range scan.
 from __future__ import annotations
 
 import contextlib
+import json
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -33,7 +34,10 @@ from control_plane.store._sqlite_schema import migrate
 from control_plane.store._sqlite_sql import (
     EVENT_COLUMNS,
     FIND_API_KEY,
+    GET_API_KEY,
     GET_EDGE,
+    GET_EDGES,
+    GET_ENROLLMENT,
     GET_ENROLLMENT_BY_HASH,
     GET_RESOURCE,
     GET_RESOURCE_VERSION,
@@ -41,12 +45,20 @@ from control_plane.store._sqlite_sql import (
     INSERT_EDGE,
     INSERT_ENROLLMENT,
     INSERT_EVENT,
+    LIST_API_KEYS,
     LIST_EDGES,
     LIST_EDGES_OF_ENVIRONMENT,
+    LIST_ENROLLMENTS,
+    LIST_ENROLLMENTS_OF_ENVIRONMENT,
     MARK_ENROLLMENT_USED,
     OLDER_VERSIONS,
     RESOURCE_COLUMNS,
+    REVOKE_API_KEY,
+    REVOKE_ENROLLMENT,
+    TOUCH_API_KEY,
     Row,
+    api_key_from_row,
+    api_key_values,
     edge_from_row,
     events_from_rows,
     filter_sql,
@@ -93,6 +105,9 @@ class SqliteStore:
 
     async def close(self) -> None:
         await self._engine.close()
+
+    async def ping(self) -> None:
+        await self._engine.ping()
 
     # -- resources --------------------------------------------------------------------------
 
@@ -472,6 +487,7 @@ class SqliteStore:
         rows = [(edge_id, holder, expires_us) for edge_id in edge_ids]
         if not rows:
             return
+        seen = [(codec.to_us(now), edge_id) for edge_id in edge_ids]
 
         def run(conn: sqlite3.Connection) -> None:
             conn.executemany(
@@ -480,6 +496,7 @@ class SqliteStore:
                 " expires_at = excluded.expires_at",
                 rows,
             )
+            conn.executemany("UPDATE edges SET last_seen_at = ? WHERE id = ?", seen)
 
         await self._engine.write(run)
 
@@ -501,6 +518,17 @@ class SqliteStore:
                 "SELECT holder FROM edge_presence WHERE edge_id = ? AND expires_at > ?", (edge_id, now_us)
             ).fetchone()
             return None if row is None else str(row[0])
+
+        return await self._engine.read(run)
+
+    async def edge_holders(self, now: datetime) -> dict[str, str]:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> dict[str, str]:
+            rows = conn.execute(
+                "SELECT edge_id, holder FROM edge_presence WHERE expires_at > ?", (now_us,)
+            ).fetchall()
+            return {str(edge_id): str(holder) for edge_id, holder in rows}
 
         return await self._engine.read(run)
 
@@ -589,6 +617,7 @@ class SqliteStore:
             codec.to_us(record.expires_at, "expires_at"),
             codec.opt_to_us(record.used_at, "used_at"),
             record.used_by_edge_id,
+            codec.opt_to_us(record.revoked_at, "revoked_at"),
         )
 
         def run(conn: sqlite3.Connection) -> None:
@@ -609,6 +638,8 @@ class SqliteStore:
             if row is None:
                 raise TokenRejected("unknown")
             record = token_from_row(row)
+            if record.revoked_at is not None:
+                raise TokenRejected("revoked")
             if record.used_at is not None:
                 raise TokenRejected("used")
             if row[4] <= now_us:
@@ -616,7 +647,34 @@ class SqliteStore:
             marked = conn.execute(MARK_ENROLLMENT_USED, (now_us, edge_id, record.id)).rowcount
             if not marked:  # pragma: no cover - the writer thread serializes consumers
                 raise TokenRejected("used")
-            return token_from_row((*row[:5], now_us, edge_id))
+            return token_from_row((*row[:5], now_us, edge_id, None))
+
+        return await self._engine.write(run)
+
+    async def list_enrollment_tokens(self, environment_id: str | None = None) -> list[EnrollmentTokenRecord]:
+        def run(conn: sqlite3.Connection) -> list[EnrollmentTokenRecord]:
+            if environment_id is None:
+                rows = conn.execute(LIST_ENROLLMENTS).fetchall()
+            else:
+                rows = conn.execute(LIST_ENROLLMENTS_OF_ENVIRONMENT, (environment_id,)).fetchall()
+            return [token_from_row(row) for row in rows]
+
+        return await self._engine.read(run)
+
+    async def revoke_enrollment_token(self, token_id: str, now: datetime) -> EnrollmentTokenRecord:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> EnrollmentTokenRecord:
+            row = conn.execute(GET_ENROLLMENT, (token_id,)).fetchone()
+            if row is None:
+                raise NotFound("enrollment token", token_id)
+            record = token_from_row(row)
+            if record.used_at is not None:
+                raise Conflict(
+                    f"enrollment token {token_id!r} was used already (by edge {record.used_by_edge_id})"
+                )
+            conn.execute(REVOKE_ENROLLMENT, (now_us, token_id))
+            return token_from_row(conn.execute(GET_ENROLLMENT, (token_id,)).fetchone())
 
         return await self._engine.write(run)
 
@@ -632,6 +690,7 @@ class SqliteStore:
             codec.opt_to_us(record.revoked_at, "revoked_at"),
             record.previous_cert_fingerprint,
             codec.opt_to_us(record.previous_cert_not_after, "previous_cert_not_after"),
+            codec.opt_to_us(record.last_seen_at, "last_seen_at"),
         )
 
         def run(conn: sqlite3.Connection) -> None:
@@ -648,6 +707,15 @@ class SqliteStore:
             if row is None:
                 raise NotFound("edge", edge_id)
             return edge_from_row(row)
+
+        return await self._engine.read(run)
+
+    async def get_edges(self, edge_ids: Sequence[str]) -> list[EdgeRecord]:
+        ids = json.dumps(sorted(set(edge_ids)))
+
+        def run(conn: sqlite3.Connection) -> list[EdgeRecord]:
+            edges = [edge_from_row(row) for row in conn.execute(GET_EDGES, (ids,)).fetchall()]
+            return sorted(edges, key=lambda r: (r.created_at, r.id))
 
         return await self._engine.read(run)
 
@@ -729,13 +797,7 @@ class SqliteStore:
     # -- API keys ------------------------------------------------------------------------------
 
     async def create_api_key(self, record: ApiKeyRecord) -> None:
-        values = (
-            record.id,
-            record.name,
-            record.key_hash,
-            codec.to_us(record.created_at, "created_at"),
-            codec.opt_to_us(record.revoked_at, "revoked_at"),
-        )
+        values = api_key_values(record)
 
         def run(conn: sqlite3.Connection) -> None:
             try:
@@ -748,9 +810,41 @@ class SqliteStore:
     async def find_api_key(self, key_hash: str) -> ApiKeyRecord | None:
         def run(conn: sqlite3.Connection) -> ApiKeyRecord | None:
             row = conn.execute(FIND_API_KEY, (key_hash,)).fetchone()
-            if row is None:
-                return None
-            id, name, hash_, created_us, revoked_us = row
-            return ApiKeyRecord(id, name, hash_, codec.from_us(created_us), codec.opt_from_us(revoked_us))
+            return None if row is None else api_key_from_row(row)
 
         return await self._engine.read(run)
+
+    async def get_api_key(self, key_id: str) -> ApiKeyRecord:
+        def run(conn: sqlite3.Connection) -> ApiKeyRecord:
+            row = conn.execute(GET_API_KEY, (key_id,)).fetchone()
+            if row is None:
+                raise NotFound("api_key", key_id)
+            return api_key_from_row(row)
+
+        return await self._engine.read(run)
+
+    async def list_api_keys(self) -> list[ApiKeyRecord]:
+        def run(conn: sqlite3.Connection) -> list[ApiKeyRecord]:
+            return [api_key_from_row(row) for row in conn.execute(LIST_API_KEYS).fetchall()]
+
+        return await self._engine.read(run)
+
+    async def revoke_api_key(self, key_id: str, now: datetime) -> ApiKeyRecord:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> ApiKeyRecord:
+            conn.execute(REVOKE_API_KEY, (now_us, key_id))
+            row = conn.execute(GET_API_KEY, (key_id,)).fetchone()
+            if row is None:
+                raise NotFound("api_key", key_id)
+            return api_key_from_row(row)
+
+        return await self._engine.write(run)
+
+    async def touch_api_key(self, key_id: str, now: datetime) -> None:
+        now_us = codec.to_us(now)
+
+        def run(conn: sqlite3.Connection) -> None:
+            conn.execute(TOUCH_API_KEY, (now_us, key_id, now_us))
+
+        await self._engine.write(run)

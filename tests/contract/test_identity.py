@@ -97,6 +97,8 @@ async def test_edges(store: Store) -> None:
         await store.create_edge(e1)
     with pytest.raises(NotFound):
         await store.get_edge("nope")
+    assert await store.get_edges(["e3", "nope", "e2", "e3"]) == [e2, e3]
+    assert await store.get_edges([]) == []
 
 
 async def test_revoke_edge(store: Store) -> None:
@@ -121,3 +123,39 @@ async def test_api_keys(store: Store) -> None:
     revoked = ApiKeyRecord(id="key_3", name="old", key_hash="9" * 64, created_at=at(0), revoked_at=at(1))
     await store.create_api_key(revoked)
     assert await store.find_api_key("9" * 64) == revoked
+
+
+async def test_list_enrollment_tokens_oldest_first_and_by_environment(store: Store) -> None:
+    t1 = replace(TOKEN, id="enr_b", created_at=at(2))
+    t2 = replace(TOKEN, id="enr_a", token_hash="b" * 64, environment_id="env_2", created_at=at(1))
+    t3 = replace(TOKEN, id="enr_c", token_hash="c" * 64, created_at=at(2))
+    for record in (t1, t2, t3):
+        await store.create_enrollment_token(record)
+    assert await store.list_enrollment_tokens() == [t2, t1, t3]
+    assert await store.list_enrollment_tokens("env_1") == [t1, t3]
+    assert await store.list_enrollment_tokens("env_9") == []
+    used = await store.consume_enrollment_token(t1.token_hash, "edge_1", at(3))
+    assert (await store.list_enrollment_tokens("env_1"))[0] == used
+
+
+async def test_a_revoked_token_enrolls_nothing(store: Store) -> None:
+    await store.create_enrollment_token(TOKEN)
+    revoked = await store.revoke_enrollment_token(TOKEN.id, at(5))
+    assert revoked == replace(TOKEN, revoked_at=at(5))
+    assert await store.revoke_enrollment_token(TOKEN.id, at(9)) == revoked  # the first revocation stands
+    assert await store.list_enrollment_tokens() == [revoked]
+    with pytest.raises(TokenRejected) as info:
+        await store.consume_enrollment_token(TOKEN.token_hash, "edge_1", at(10))
+    assert info.value.reason == "revoked"
+    assert (await store.list_enrollment_tokens())[0].used_at is None  # the refusal used nothing
+
+
+async def test_revoking_an_unknown_or_used_token_is_refused(store: Store) -> None:
+    with pytest.raises(NotFound):
+        await store.revoke_enrollment_token("enr_nope", at(1))
+    await store.create_enrollment_token(TOKEN)
+    await store.consume_enrollment_token(TOKEN.token_hash, "edge_1", at(2))
+    with pytest.raises(Conflict, match="edge_1"):
+        await store.revoke_enrollment_token(TOKEN.id, at(3))
+    [listed] = await store.list_enrollment_tokens()
+    assert listed.revoked_at is None and listed.used_by_edge_id == "edge_1"

@@ -25,6 +25,16 @@ async def test_close_is_idempotent_and_final(backend: Backend) -> None:
         await store.append("s1", new_events("a", 1), at(1))
 
 
+async def test_ping_answers_while_open_and_raises_once_closed(backend: Backend) -> None:
+    """Readiness (/readyz) asks the store with ``ping``: cheap, changes nothing, raises when closed."""
+    store = backend.open()
+    await store.ping()
+    await store.ping()
+    await store.close()
+    with pytest.raises(ControlPlaneError, match="closed"):
+        await store.ping()
+
+
 async def test_close_waits_for_writes_in_flight(durable_backend: Backend) -> None:
     store = durable_backend.open()
     pending = [asyncio.ensure_future(store.append("s1", new_events(f"w{i}", 5), at(1))) for i in range(20)]

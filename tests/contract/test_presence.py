@@ -4,7 +4,9 @@ and one-time nonces."""
 
 from __future__ import annotations
 
-from control_plane.store import Store
+from dataclasses import replace
+
+from control_plane.store import EdgeRecord, Store
 
 from ._support import at
 
@@ -31,6 +33,34 @@ async def test_the_last_process_to_record_an_edge_holds_it(store: Store) -> None
     assert await store.edge_holder("edge_a", at(2)) == "cp_2"
     await store.release_edges("cp_2", ["edge_a", "edge_unknown"])
     assert await store.edge_holder("edge_a", at(2)) is None
+
+
+async def test_every_live_record_is_listed_with_its_holder(store: Store) -> None:
+    assert await store.edge_holders(at(0)) == {}
+    await store.hold_edges("cp_1", ["edge_a", "edge_b"], 15, at(0))
+    await store.hold_edges("cp_2", ["edge_c"], 15, at(10))
+    assert await store.edge_holders(at(1)) == {"edge_a": "cp_1", "edge_b": "cp_1", "edge_c": "cp_2"}
+    assert await store.edge_holders(at(15)) == {"edge_c": "cp_2"}  # cp_1's records expired
+    await store.release_edges("cp_2", ["edge_c"])
+    assert await store.edge_holders(at(15)) == {}
+
+
+async def test_holding_an_edge_records_when_it_was_last_seen(store: Store) -> None:
+    record = EdgeRecord(
+        id="edge_a",
+        environment_id="env_1",
+        name="a",
+        cert_serial="01",
+        cert_fingerprint="f" * 64,
+        created_at=at(0),
+        cert_not_after=at(86_400),
+    )
+    await store.create_edge(record)
+    assert (await store.get_edge("edge_a")).last_seen_at is None
+    await store.hold_edges("cp_1", ["edge_a", "edge_not_enrolled"], 15, at(7))
+    assert (await store.get_edge("edge_a")).last_seen_at == at(7)
+    await store.release_edges("cp_1", ["edge_a"])  # the tunnel closed: last seen stays
+    assert await store.list_edges() == [replace(record, last_seen_at=at(7))]
 
 
 async def test_empty_batches_are_fine(store: Store) -> None:
