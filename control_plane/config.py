@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from control_plane.harness.config import HarnessConfig
+from outpost_wire.addresses import AddressPolicy
 
 __all__ = ["ControlPlaneConfig"]
 
@@ -14,43 +15,176 @@ __all__ = ["ControlPlaneConfig"]
 class ControlPlaneConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    data_dir: Path = Path("/var/lib/outpost-control")
-    store_url: str | None = None  # default: sqlite:///<data_dir>/outpost.db
-    http_host: str = "127.0.0.1"
-    http_port: int = Field(8080, ge=0, le=65535)
-    tunnel_host: str = "127.0.0.1"
-    tunnel_port: int = Field(7443, ge=0, le=65535)
-    #: What edges dial (host:port). Default: tunnel_host:<bound port>.
-    public_tunnel_address: str | None = None
-    #: Names and addresses put in the tunnel server's certificate (edges verify one of them).
-    tls_hostnames: tuple[str, ...] = ("localhost",)
-    tls_ips: tuple[str, ...] = ("127.0.0.1",)
-    heartbeat_interval_s: float = Field(3.0, gt=0)
-    heartbeat_timeout_s: float = Field(9.0, gt=0)
-    drain_grace_s: float = Field(30.0, ge=0)
-    reconnect_grace_s: float = Field(30.0, ge=0)  # how long a call waits for its edge to come back
-    edge_wait_s: float = Field(10.0, ge=0)  # how long a call waits for any edge of its environment
-    max_frame_bytes: int = Field(4 * 1024 * 1024, ge=64 * 1024)
-    #: The model endpoint (any Messages-API server). ``None``: ``$ANTHROPIC_BASE_URL`` or Anthropic's.
-    model_base_url: str | None = None
-    #: A file holding the model API key (e.g. a systemd credential); an empty file means no key. Wins
-    #: over ``$ANTHROPIC_API_KEY``. ``None``: ``$ANTHROPIC_API_KEY_FILE``, else ``$ANTHROPIC_API_KEY``.
-    model_api_key_file: Path | None = None
+    data_dir: Path = Field(
+        Path("/var/lib/outpost-control"),
+        description="The control plane's state: the SQLite store, the CA (`ca/`), the admin API key, the "
+        "vault's key files.",
+    )
+    store_url: str | None = Field(
+        None,
+        description="The store: `sqlite:///relative.db` or `sqlite:////absolute.db` (`memory://` for tests); "
+        "`null`: `<data_dir>/outpost.db`.",
+    )
+    http_host: str = Field(
+        "127.0.0.1",
+        description="Listen address of the HTTP API (and of the WebSocket tunnel).",
+    )
+    http_port: int = Field(8080, ge=0, le=65535, description="Port of the HTTP API; 0 picks a free one.")
+    tunnel_host: str = Field("127.0.0.1", description="Listen address of the gRPC tunnel.")
+    tunnel_port: int = Field(7443, ge=0, le=65535, description="Port of the gRPC tunnel; 0 picks a free one.")
+    public_tunnel_address: str | None = Field(
+        None,
+        description="What edges are told to dial (`host:port`); `null`: `tunnel_host` and the bound port.",
+    )
+    tls_hostnames: tuple[str, ...] = Field(
+        ("localhost",),
+        description="DNS names in the server certificate of the tunnel (and of the HTTP port with "
+        "`http_tls`); edges verify one.",
+    )
+    tls_ips: tuple[str, ...] = Field(("127.0.0.1",), description="IP addresses in that certificate.")
+    heartbeat_interval_s: float = Field(
+        3.0,
+        gt=0,
+        description="Send an edge a heartbeat when nothing else was sent to it for this long.",
+    )
+    heartbeat_timeout_s: float = Field(
+        9.0,
+        gt=0,
+        description="Drop an edge's tunnel after this long without a frame from it.",
+    )
+    drain_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="On SIGTERM, how long calls in flight may finish after the edges are told to drain.",
+    )
+    reconnect_grace_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long a tool call waits for its sandbox's edge to come back before the session moves "
+        "to another edge.",
+    )
+    edge_recheck_interval_s: float = Field(
+        2.0,
+        gt=0,
+        description="How often live tunnels are checked again against the store: an edge revoked through "
+        "any control-plane process on the store, or whose certificate expired, is cut within this time.",
+    )
+    edge_wait_s: float = Field(
+        30.0,
+        ge=0,
+        description="How long a tool call waits for an edge of its environment to connect when none is (the "
+        "session is told at once, with a `session.error`); then the call fails with a tool error. `exec` "
+        "does not wait: it answers 503 at once.",
+    )
+    max_frame_bytes: int = Field(
+        4 * 1024 * 1024,
+        ge=64 * 1024,
+        description="The largest tunnel frame; larger tool results travel in chunks.",
+    )
+    model_base_url: str | None = Field(
+        None,
+        description="The model endpoint (any Messages-API server); `null`: `$ANTHROPIC_BASE_URL`, else "
+        "Anthropic's.",
+    )
+    model_api_key_file: Path | None = Field(
+        None,
+        description="A file holding the model API key (e.g. a systemd credential; an empty file: no key); it "
+        "wins over `$ANTHROPIC_API_KEY`. `null`: `$ANTHROPIC_API_KEY_FILE`, else `$ANTHROPIC_API_KEY`.",
+    )
     #: The harnesses: leases, model retries, provisioning mode.
     harness: HarnessConfig = HarnessConfig()
-    #: The vault's key-encryption key: 32 raw bytes, mode 0600. Default ``<data_dir>/vault.kek``,
-    #: created (random) at first start if missing; a file named here must exist (a missing mounted
-    #: secret must not silently become a new key). Keep it out of the database's backups.
-    vault_key_file: Path | None = None
-    #: Serve ``GET /metrics`` without an API key (for a scraper on a trusted network).
-    metrics_public: bool = False
-    #: Serve the HTTP port over TLS (``https://``, ``wss://``). Client certificates are requested but
-    #: optional: edges present theirs (mTLS on the WebSocket tunnel), API clients need none.
-    http_tls: bool = False
-    #: The HTTP port's certificate chain and key (PEM), both or neither, with ``http_tls``. Default:
-    #: a certificate from the control plane's CA for ``tls_hostnames`` / ``tls_ips``.
-    http_tls_cert_file: Path | None = None
-    http_tls_key_file: Path | None = None
+    vault_key_file: Path | None = Field(
+        None,
+        description="The vault's key-encryption key: 32 raw bytes, mode 0600. `null`: "
+        "`<data_dir>/vault.kek`, made at first start; a file named here must exist (a missing mounted "
+        "secret must not become a new key). Keep it out of the database's backups.",
+    )
+    metrics_public: bool = Field(
+        False,
+        description="Serve `GET /metrics` without an API key (for a scraper on a trusted network).",
+    )
+    http_tls: bool = Field(
+        False,
+        description="Serve the HTTP port over TLS (`https://`, `wss://`). Client certificates are requested "
+        "but optional: edges present theirs (mTLS on the WebSocket tunnel), API clients need none.",
+    )
+    http_tls_cert_file: Path | None = Field(
+        None,
+        description="The HTTP port's certificate chain (PEM), with `http_tls_key_file` and `http_tls`; "
+        "reloaded from its file while the control plane runs. `null`: a certificate from the control "
+        "plane's CA for `tls_hostnames` / `tls_ips`, replaced 30 days before it expires.",
+    )
+    http_tls_key_file: Path | None = Field(None, description="The private key (PEM) of `http_tls_cert_file`.")
+    http_limit_concurrency: int = Field(
+        4096,
+        ge=1,
+        description="Connections (and requests in progress) the HTTP port serves at once; past it a new "
+        "request is answered 503 at once. Keep it well under the open-file limit (`LimitNOFILE`).",
+    )
+    http_header_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="A request's head (request line and headers) must arrive within this long of the "
+        "connection opening, or of its first byte on a kept-alive connection; else the connection is "
+        "closed (slow-header clients).",
+    )
+    http_timeout_keep_alive_s: int = Field(
+        5,
+        ge=1,
+        description="An idle kept-alive HTTP connection is closed after this long without a new request.",
+    )
+    stream_max_per_key: int = Field(
+        200,
+        ge=1,
+        description="Live event streams (`/v1/sessions/{id}/events/stream`) one API key may hold open on "
+        "this process; past it, 429 `rate_limit_error`.",
+    )
+    stream_max_total: int = Field(
+        2000,
+        ge=1,
+        description="Live event streams this process holds open, all keys together; past it, 503.",
+    )
+    stream_ping_interval_s: float = Field(
+        15.0,
+        gt=0,
+        description="A keep-alive `ping` frame goes down an event stream idle for this long (it reads "
+        "nothing from the store).",
+    )
+    outbound_allow_networks: tuple[str, ...] = Field(
+        (),
+        description="Networks (CIDR, e.g. `10.20.0.0/16`) the control plane may dial on a user's behalf "
+        "although they are not public: OAuth token endpoints of vault credentials and agents' MCP servers. "
+        "By default loopback, link-local and metadata, private, CGNAT, unique-local, multicast and reserved "
+        "addresses are refused (see docs/security.md, Outbound requests).",
+    )
+    max_reassembly_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=64 * 1024 * 1024,
+        description="Tunnel: partial tool results held for one edge connection, all requests together "
+        "(one result is at most 64 MiB); past it the connection is closed with `FRAME_TOO_LARGE`. Chunks "
+        "of results no request on that edge awaits are never buffered.",
+    )
+
+    @field_validator("outbound_allow_networks")
+    @classmethod
+    def _check_networks(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        AddressPolicy.parse(value)  # ValueError names a bad entry
+        return value
+
+    @field_validator("store_url")
+    @classmethod
+    def _check_store_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        scheme = url.partition("://")[0].lower()
+        if scheme.partition("+")[0] in ("postgres", "postgresql"):
+            raise ValueError(
+                "PostgreSQL is not supported in this version; remove store_url to use SQLite "
+                "(<data_dir>/outpost.db)"
+            )
+        if url != "memory://" and not (url.startswith("sqlite:///") and len(url) > len("sqlite:///")):
+            raise ValueError("expected sqlite:///path/to/file.db (or unset: <data_dir>/outpost.db)")
+        return url
 
     @model_validator(mode="after")
     def _check_http_tls(self) -> ControlPlaneConfig:

@@ -9,8 +9,11 @@
         │   └── VersionConflict   optimistic concurrency: the resource moved on
         ├── SequenceConflict      append: the log moved past the caller's expected_seq
         ├── Fenced                append: the writer's lease epoch is stale (a zombie harness)
-        ├── TokenRejected         enrollment token unknown / expired / used (.reason)
+        ├── TokenRejected         enrollment token unknown / revoked / used / expired (.reason)
+        ├── ListenFailed          a listening address could not be bound (.address, in use?)
         ├── InvalidRequest        bad input from a client (.param)
+        ├── OutboundRefused       (control_plane.outbound) a user-named URL resolves to an address
+        │                         the outbound rules refuse; nothing was dialled (.rule)
         └── EdgeUnavailable       no connected edge can serve the environment
             └── GatewayDraining   this process is shutting down: retry on another one
 
@@ -28,6 +31,7 @@ __all__ = [
     "Fenced",
     "GatewayDraining",
     "InvalidRequest",
+    "ListenFailed",
     "NotFound",
     "SequenceConflict",
     "TokenRejected",
@@ -74,7 +78,18 @@ class Fenced(ControlPlaneError):
 class TokenRejected(ControlPlaneError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"enrollment token rejected: {reason}")
-        self.reason = reason  # "unknown" | "expired" | "used"
+        self.reason = reason  # "unknown" | "revoked" | "used" | "expired"
+
+
+class ListenFailed(ControlPlaneError):
+    """The control plane could not listen on ``address`` (``what``: "API" or "tunnel"): another
+    process holds the port, or the address is not one of this host's."""
+
+    def __init__(self, what: str, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address} ({what}): {reason}")
+        self.what = what
+        self.address = address
+        self.reason = reason
 
 
 class InvalidRequest(ControlPlaneError):
@@ -84,7 +99,12 @@ class InvalidRequest(ControlPlaneError):
 
 
 class EdgeUnavailable(ControlPlaneError):
-    pass
+    """No connected edge could take the call. ``environment_id``: the environment whose edges were
+    looked for, when the error is about all of them (the API's ``details.environment_id``)."""
+
+    def __init__(self, message: str, environment_id: str | None = None) -> None:
+        super().__init__(message)
+        self.environment_id = environment_id
 
 
 class GatewayDraining(EdgeUnavailable):

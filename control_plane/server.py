@@ -28,8 +28,8 @@ from typing import Any
 import httpx
 import uvicorn
 
+from control_plane.admin_key import ADMIN_KEY_FILE, ensure_admin_key
 from control_plane.api.app import ApiConfig, ApiServices, create_app
-from control_plane.api.auth import create_api_key
 from control_plane.api.metrics import (
     ControlPlaneMetrics,
     MeteredEdgeRegistry,
@@ -38,13 +38,16 @@ from control_plane.api.metrics import (
 )
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
+from control_plane.edge_counts import count_edges
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
 from control_plane.enroll.nonces import SharedNonces
-from control_plane.errors import NotFound
+from control_plane.errors import ListenFailed, NotFound
 from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.http_limits import h11_protocol
 from control_plane.mcp import Credentials, McpRouter, no_credentials
 from control_plane.model_api_key import model_api_key
+from control_plane.outbound import OutboundGuard
 from control_plane.sessions.networking import egress_of
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
@@ -57,7 +60,9 @@ from control_plane.tunnel import (
     GrpcTunnelServer,
     WsTunnelEndpoint,
 )
+from control_plane.tunnel.recheck import EdgeRecheck
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
+from outpost_wire.admission import refusal_message
 from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Provision
@@ -69,7 +74,6 @@ __all__ = ["ADMIN_KEY_FILE", "VAULT_CAPABILITY_KEY_FILE", "ControlPlane"]
 
 log = logging.getLogger(__name__)
 
-ADMIN_KEY_FILE = "admin-api-key"
 VAULT_CAPABILITY_KEY_FILE = "vault-capability.key"  # the broker's HMAC key (not the KEK)
 _SPEC_TTL_S = 2.0
 #: How often the server certificates are checked: ours is re-issued when less than 30 days of it
@@ -107,6 +111,8 @@ class ControlPlane:
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
         self.vault: Vault | None = None  # vault: credentials for MCP servers the control plane calls
         self._vault_http: httpx.AsyncClient | None = None  # vault: OAuth token endpoints
+        # Every URL dialled for a user (token endpoints, MCP servers) is checked by this one guard.
+        self.outbound = OutboundGuard(config.outbound_allow_networks)
         self._http: uvicorn.Server | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._http_socket: socket.socket | None = None
@@ -115,6 +121,7 @@ class ControlPlane:
         self._closed = False
         self._server_cert_pem = b""
         self._cert_refresher: asyncio.Task[None] | None = None
+        self._recheck: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> ControlPlane:
         try:
@@ -141,19 +148,21 @@ class ControlPlane:
         # -- vault: KEK from its key file (the default one is created 0600 at first start; a
         # configured one must exist), the broker's capability key beside the data --
         kek_load = FileKek.load if cfg.vault_key_file else FileKek.load_or_create
-        self._vault_http = httpx.AsyncClient(timeout=15.0, follow_redirects=False)
+        self._vault_http = self.outbound.http_client(timeout_s=15.0)
         self.vault = Vault.create(
             self.store,
             Keyring(kek_load(cfg.effective_vault_key_file)),
             CapabilitySigner.load_or_create(cfg.data_dir / VAULT_CAPABILITY_KEY_FILE),
             self._vault_http,
             _utcnow,
+            outbound=self.outbound,
         )
 
         session_config = SessionConfig(
             max_frame_bytes=cfg.max_frame_bytes,
             heartbeat_interval_s=cfg.heartbeat_interval_s,
             heartbeat_timeout_s=cfg.heartbeat_timeout_s,
+            max_reassembly_bytes=cfg.max_reassembly_bytes,
         )
         key_pem, cert_pem = self.ca.issue_server_cert(list(cfg.tls_hostnames), list(cfg.tls_ips))
         self._server_cert_pem = cert_pem
@@ -207,8 +216,15 @@ class ControlPlane:
                 bus=self.bus,
                 runner=self.harness,
                 vault=self.vault,
-                config=ApiConfig(metrics_public=cfg.metrics_public),
+                outbound=self.outbound,
+                config=ApiConfig(
+                    metrics_public=cfg.metrics_public,
+                    stream_ping_interval_s=cfg.stream_ping_interval_s,
+                    stream_max_per_key=cfg.stream_max_per_key,
+                    stream_max_total=cfg.stream_max_total,
+                ),
                 metrics=self.metrics,
+                control_plane_id=self.id,
                 tunnel_ws=WsTunnelEndpoint(  # the same tunnel over WebSocket on this port
                     registry=self.registry,
                     authenticate=self._authenticate,
@@ -218,11 +234,23 @@ class ControlPlane:
                     software_version=SOFTWARE_VERSION,
                     nonces=SharedNonces(self.store),  # a token works once on any process
                 ),
+                readiness={
+                    "store": self._store_ready,
+                    "tunnel": self._tunnel_ready,
+                    "harness": self._harness_ready,
+                },
             )
         )
-        sock = socket.socket(socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections of such sockets, and
+        # without it every keep-alive response waited ~40 ms between its header and body writes.
+        family = socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((cfg.http_host, cfg.http_port))
+        try:
+            sock.bind((cfg.http_host, cfg.http_port))
+        except OSError as exc:
+            sock.close()
+            raise ListenFailed("API", f"{cfg.http_host}:{cfg.http_port}", exc.strerror or str(exc)) from None
         self._http_socket = sock
         http_port = sock.getsockname()[1]
         self._http = uvicorn.Server(
@@ -236,6 +264,10 @@ class ControlPlane:
                 ws_max_size=grpc_message_limit(cfg.max_frame_bytes),
                 ws_ping_interval=_WS_PING_INTERVAL_S,
                 ws_ping_timeout=_WS_PING_TIMEOUT_S,
+                # Limits (docs/security.md): connections, slow request heads, idle keep-alives.
+                http=h11_protocol(cfg.http_header_timeout_s),
+                limit_concurrency=cfg.http_limit_concurrency,
+                timeout_keep_alive=cfg.http_timeout_keep_alive_s,
                 **self._http_tls_options(),  # http_tls: TLS, client certificates optional
             )
         )
@@ -248,6 +280,10 @@ class ControlPlane:
         host = f"[{cfg.http_host}]" if ":" in cfg.http_host else cfg.http_host
         self.http_url = f"{'https' if cfg.http_tls else 'http'}://{host}:{http_port}"
         self._cert_refresher = asyncio.create_task(self._refresh_certificates_loop(), name="server-certs")
+        recheck = EdgeRecheck(
+            self.registry, self.store, interval_s=cfg.edge_recheck_interval_s, clock=_utcnow
+        )
+        self._recheck = asyncio.create_task(recheck.run(), name="edge-recheck")
         log.info(
             "control plane %s: API %s, tunnel %s, data %s",
             self.id,
@@ -309,7 +345,7 @@ class ControlPlane:
         """The harness's MCP router: ``edge://`` servers through the edge gateway, others called
         by the control plane itself with the headers ``credentials(session_id, url)`` gives (the
         seam for the vault's broker; no headers by default)."""
-        return McpRouter(self.gateway, credentials=credentials)
+        return McpRouter(self.gateway, credentials=credentials, outbound=self.outbound)
 
     async def _vault_credentials(self, session_id: str, url: str) -> dict[str, str]:
         """Headers for an MCP server the control plane calls itself, from the session's vaults:
@@ -323,17 +359,28 @@ class ControlPlane:
             return {}
         return await self.vault.broker.mcp_headers(session_id, lease.epoch, url)
 
+    # -- readiness (/readyz) -------------------------------------------------------------------
+    async def _store_ready(self) -> str | None:
+        if self.store is None:
+            return "not open"
+        await self.store.ping()
+        return None
+
+    async def _tunnel_ready(self) -> str | None:
+        if self.tunnel is None or not self.tunnel.listening:
+            return "not listening"
+        if self.registry.draining:
+            return "draining: this control plane is shutting down"
+        return None
+
+    async def _harness_ready(self) -> str | None:
+        return None if self.harness is not None and self.harness.running else "stopped"
+
     async def _ensure_admin_key(self) -> None:
-        """On first start, make an admin API key and leave it in a 0600 file in the data dir."""
+        """On first start, make an admin API key and leave it in a 0600 file in the data dir; never
+        a second one beside a usable one (see :mod:`control_plane.admin_key`)."""
         assert self.store is not None
-        path = self.admin_key_path
-        if path.exists():
-            return
-        key, _ = await create_api_key(self.store, "admin", _utcnow())
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(key + "\n")
-        log.info("created the admin API key in %s", path)
+        await ensure_admin_key(self.store, self.config.data_dir, _utcnow())
 
     @property
     def admin_key_path(self) -> Path:
@@ -386,7 +433,8 @@ class ControlPlane:
         follows the hands' tunnel). It should if it holds the tunnel of the edge with the session's
         sandbox; it should not if another live process holds that tunnel; otherwise (no sandbox
         yet, or its edge is connected nowhere) if it holds a tunnel to any edge of the environment,
-        or the environment has no edge at all (nothing to follow: any process may run it)."""
+        or no edge of the environment is connected anywhere (nothing to follow: any process may run
+        it, and tells the session that it has no edge)."""
         assert self.store is not None
         edge_id = await self.store.get_sandbox_edge(session_id)
         if edge_id is not None:
@@ -397,12 +445,11 @@ class ControlPlane:
                 return False
         if self.registry.for_environment(environment_id):
             return True
-        assert self.store is not None
-        edges = await self.store.list_edges(environment_id)
-        return all(edge.revoked_at is not None for edge in edges)
+        counts = await count_edges(self.store, _utcnow(), environment_id=environment_id)
+        return counts[environment_id].connected == 0
 
     def _on_revoked(self, edge_id: str) -> None:
-        if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, "edge certificate revoked"):
+        if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, refusal_message("revoked")):
             log.warning("edge %s revoked: its tunnel was cut", edge_id)
 
     async def close(self) -> None:
@@ -411,6 +458,8 @@ class ControlPlane:
         self._closed = True
         if self._cert_refresher is not None:
             self._cert_refresher.cancel()
+        if self._recheck is not None:
+            self._recheck.cancel()
         # Drain: no new calls to edges, edges told to move (they leave once their tunnel closes,
         # after the calls in flight answered); sessions stop at their next call to an edge and
         # their leases are released for the process the edges move to.

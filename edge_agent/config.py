@@ -22,7 +22,7 @@ Example (every key optional except ``control_plane``)::
         - host: git.internal:8443
           token: {from_file: /etc/outpost-edge/secrets/git.token}   # mode 0600
     observability:
-      listen: 127.0.0.1:9464   # /metrics, /healthz, /readyz; null turns it off
+      listen: 127.0.0.1:9464   # /metrics, /healthz, /readyz, /status; null turns it off
     identity:                  # automatic renewal of the edge's client certificate
       renew_before_days: 30    # renew when less than this is left (or a third of its lifetime)
       renew_check_interval_s: 21600
@@ -69,8 +69,8 @@ class _Strict(BaseModel):
 class ControlPlaneAddress(_Strict):
     """One control-plane process: its gRPC tunnel and/or its HTTP(S) URL (WebSocket tunnel)."""
 
-    tunnel_address: str | None = None
-    url: str | None = None
+    tunnel_address: str | None = Field(None, description="`host:port` of this process's gRPC tunnel.")
+    url: str | None = Field(None, description="Its HTTP(S) API (the WebSocket tunnel, certificate renewal).")
 
     @model_validator(mode="after")
     def _check(self) -> ControlPlaneAddress:
@@ -80,12 +80,25 @@ class ControlPlaneAddress(_Strict):
 
 
 class ControlPlaneConfig(_Strict):
-    url: str | None = None  # HTTP(S) API base URL; enrollment goes here
-    tunnel_address: str | None = None  # host:port of the gRPC tunnel; defaults to what enrollment returned
-    tls_server_name: str | None = None  # override the name checked in the tunnel's server certificate
-    #: Several control-plane processes, tried in order: the edge moves to the next one when a
-    #: connection attempt fails, and at once when the one it is connected to drains.
-    addresses: tuple[ControlPlaneAddress, ...] = ()
+    url: str | None = Field(
+        None,
+        description="The control plane's HTTP(S) API: enrollment, certificate renewal, the WebSocket tunnel "
+        "(over `https` the edge presents its client certificate).",
+    )
+    tunnel_address: str | None = Field(
+        None,
+        description="`host:port` of the gRPC tunnel; `null`: what enrollment returned.",
+    )
+    tls_server_name: str | None = Field(
+        None,
+        description="The name to check in the tunnel's server certificate, if not the host of the address.",
+    )
+    addresses: tuple[ControlPlaneAddress, ...] = Field(
+        (),
+        description="Several control-plane processes, tried in order: the edge moves to the next one when a "
+        "connection attempt fails, and at once when the one it is connected to drains. Not with "
+        "`tunnel_address`.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ControlPlaneConfig:
@@ -95,24 +108,53 @@ class ControlPlaneConfig(_Strict):
 
 
 class ConnectionConfig(_Strict):
-    heartbeat_interval_s: float = Field(3.0, gt=0)
-    # 2.5 intervals: /readyz turns within 10 s of a silent partition, with room to spare.
-    heartbeat_timeout_s: float = Field(7.5, gt=0)
-    backoff_initial_s: float = Field(1.0, gt=0)
-    # Capped low enough that /readyz (and calls) come back within 10 s of a control plane's return
-    # after any outage; full jitter still spreads a fleet's reconnects over the whole cap.
-    backoff_max_s: float = Field(8.0, gt=0)
-    stable_after_s: float = Field(30.0, ge=0)  # a link up this long resets the backoff
-    connect_timeout_s: float = Field(10.0, gt=0)
-    drain_grace_s: float = Field(30.0, ge=0)  # on SIGTERM, how long in-flight calls may finish
-    keepalive_time_s: float = Field(20.0, ge=10)  # gRPC HTTP/2 PING interval
-    #: grpc | websocket | auto (try gRPC, fall back to WebSocket, remember what worked in the state dir)
-    transport: Literal["grpc", "websocket", "auto"] = "auto"
-    #: In ``auto``, how long gRPC may take to connect before WebSocket is tried.
-    auto_grpc_connect_timeout_s: float = Field(5.0, gt=0)
-    #: HTTP CONNECT proxy for the tunnel (``http://[user:pass@]host:port``); ``none``: never use one.
-    #: Unset: ``https_proxy`` / ``HTTPS_PROXY`` from the environment, minus ``no_proxy`` / ``NO_PROXY``.
-    proxy_url: str | None = None
+    heartbeat_interval_s: float = Field(
+        3.0,
+        gt=0,
+        description="Send a heartbeat when nothing else was sent for this long.",
+    )
+    heartbeat_timeout_s: float = Field(
+        7.5,
+        gt=0,
+        description="Drop the tunnel after this long without a frame from the control plane (2.5 intervals: "
+        "`/readyz` turns within 10 s of a silent partition).",
+    )
+    backoff_initial_s: float = Field(
+        1.0,
+        gt=0,
+        description="Reconnect backoff (exponential, full jitter): the first wait's cap.",
+    )
+    backoff_max_s: float = Field(
+        8.0,
+        gt=0,
+        description="The reconnect backoff's cap: low enough that `/readyz` (and calls) come back within 10 "
+        "s of a control plane's return; full jitter still spreads a fleet's reconnects over it.",
+    )
+    stable_after_s: float = Field(30.0, ge=0, description="A link up this long resets the backoff.")
+    connect_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="One connection attempt: TCP, TLS and HTTP/2 (or WebSocket) set-up.",
+    )
+    drain_grace_s: float = Field(30.0, ge=0, description="On SIGTERM, how long calls in flight may finish.")
+    keepalive_time_s: float = Field(20.0, ge=10, description="gRPC HTTP/2 PING interval.")
+    transport: Literal["grpc", "websocket", "auto"] = Field(
+        "auto",
+        description="`grpc`, `websocket` (the same frames on the API's port, `/v1/tunnel/ws`), or `auto`: "
+        "try gRPC, fall back to WebSocket, remember what worked in `state_dir/transport.json` (retried "
+        "after 10 failures or 24 h).",
+    )
+    auto_grpc_connect_timeout_s: float = Field(
+        5.0,
+        gt=0,
+        description="In `auto`, how long gRPC may take to connect before WebSocket is tried.",
+    )
+    proxy_url: str | None = Field(
+        None,
+        description="An HTTP CONNECT proxy for both transports (`http://[user:pass@]host:port`, Basic auth), "
+        "or `none`: never one. `null`: `https_proxy` / `HTTPS_PROXY` from the environment, unless "
+        "`no_proxy` / `NO_PROXY` (suffixes, `*`, IPs, CIDRs, `:port`) matches.",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ConnectionConfig:
@@ -126,14 +168,24 @@ class ConnectionConfig(_Strict):
 class IdentityConfig(_Strict):
     """Automatic renewal of the edge's client certificate (``edge_agent.renew``)."""
 
-    #: Renew when less than this is left of the certificate, or less than a third of its lifetime
-    #: if that is shorter.
-    renew_before_days: float = Field(30.0, gt=0)
-    #: How often the daemon checks (it also checks at start, and wakes at the renewal time).
-    renew_check_interval_s: float = Field(6 * 3600.0, gt=0)
-    #: After a failed renewal: first retry after this, doubling up to ``renew_retry_max_s``.
-    renew_retry_initial_s: float = Field(60.0, gt=0)
-    renew_retry_max_s: float = Field(900.0, gt=0)
+    renew_before_days: float = Field(
+        30.0,
+        gt=0,
+        description="Renew the client certificate when less than this is left of it, or a third of its "
+        "lifetime if that is shorter; the edge id spreads a fleet over up to half that window earlier.",
+    )
+    renew_check_interval_s: float = Field(
+        6 * 3600.0,
+        gt=0,
+        description="How often the daemon checks (it also checks at start, and wakes at the renewal time).",
+    )
+    renew_retry_initial_s: float = Field(
+        60.0,
+        gt=0,
+        description="After a failed renewal, retry after this, doubling up to `renew_retry_max_s` (never "
+        "longer than the check interval).",
+    )
+    renew_retry_max_s: float = Field(900.0, gt=0, description="The cap of the renewal retries' backoff.")
 
     @model_validator(mode="after")
     def _check(self) -> IdentityConfig:
@@ -143,26 +195,53 @@ class IdentityConfig(_Strict):
 
 
 class SandboxConfig(_Strict):
-    idle_pause_s: float = Field(30.0, gt=0)
-    name_prefix: str = Field("outpost", pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")
-    docker_url: str | None = None  # e.g. unix:///var/run/docker.sock; default: the environment's
+    idle_pause_s: float = Field(30.0, gt=0, description="Pause a sandbox after this long without calls.")
+    name_prefix: str = Field(
+        "outpost",
+        pattern=r"^[a-z0-9][a-z0-9-]{0,30}$",
+        description="Prefix of container and volume names (lower-case letters, digits and `-`, up to 31).",
+    )
+    docker_url: str | None = Field(
+        None,
+        description="The Docker engine, e.g. `unix:///var/run/docker.sock`; `null`: the Docker SDK's default "
+        "(`DOCKER_HOST`, else the local socket).",
+    )
 
 
 class ResultsConfig(_Strict):
-    retention_s: float = Field(24 * 3600.0, gt=0)  # how long finished tool results are kept
+    retention_s: float = Field(
+        24 * 3600.0,
+        gt=0,
+        description="How long finished tool results are kept for idempotent replays.",
+    )
 
 
 class LoggingConfig(_Strict):
-    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    format: Literal["plain", "json"] = "plain"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(
+        "INFO",
+        description="The least severe level logged (on stderr).",
+    )
+    format: Literal["plain", "json"] = Field(
+        "plain",
+        description="Plain lines, or one JSON object a line with session, edge and request ids.",
+    )
 
 
 class ObservabilityConfig(_Strict):
-    """The edge's HTTP endpoint for ``/metrics``, ``/healthz`` and ``/readyz``. It serves no
-    secrets, but it is off the loopback interface only when ``allow_remote`` says so."""
+    """The edge's HTTP endpoint for ``/metrics``, ``/healthz``, ``/readyz`` and ``/status``. It
+    serves no secrets, but it is off the loopback interface only when ``allow_remote`` says so."""
 
-    listen: str | None = "127.0.0.1:9464"  # HOST:PORT, port 0 picks one; None: no endpoint
-    allow_remote: bool = False
+    listen: str | None = Field(
+        "127.0.0.1:9464",
+        description="`HOST:PORT` of the HTTP endpoint for `/metrics`, `/healthz`, `/readyz` and `/status` "
+        "(read by `outpost-edge status`; port 0 picks one); `null`: none. A host off loopback needs "
+        "`allow_remote`.",
+    )
+    allow_remote: bool = Field(
+        False,
+        description="Allow a `listen` host that is not a loopback address (e.g. `0.0.0.0` in a container): "
+        "anyone who reaches it reads the edge's status and metrics (no authentication).",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ObservabilityConfig:
@@ -198,14 +277,32 @@ def _is_loopback(host: str) -> bool:
 
 class EdgeConfig(_Strict):
     control_plane: ControlPlaneConfig = ControlPlaneConfig()
-    state_dir: Path = Path("/var/lib/outpost-edge")
-    name: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
-    policy_file: Path | None = None
-    policy: Policy | None = None
-    #: Private MCP servers this edge fronts (their credentials stay here; see edge_agent.mcp.config).
-    mcp_servers: McpServers = ()
-    #: The edge's own git credentials, for cloning and relaying sessions' repositories.
-    git: GitConfig = GitConfig()
+    state_dir: Path = Field(
+        Path("/var/lib/outpost-edge"),
+        description="The edge's identity (`identity/`, mode 0700), its tool-call journal and what `auto` "
+        "learned.",
+    )
+    name: str = Field(
+        default_factory=socket.gethostname,
+        min_length=1,
+        max_length=128,
+        description="The edge's name, shown to operators.",
+    )
+    policy_file: Path | None = Field(
+        None,
+        description="The local policy as a YAML file (see Policy); or an inline `policy`, not both. Neither: "
+        "the built-in policy.",
+    )
+    policy: Policy | None = Field(None, description="The local policy inline; or `policy_file`.")
+    mcp_servers: McpServers = Field(
+        (),
+        description="Private MCP servers this edge fronts (`edge://<name>`); their credentials stay on the "
+        "edge.",
+    )
+    git: GitConfig = Field(
+        GitConfig(),
+        description="The edge's own git credentials, for cloning and relaying sessions' repositories.",
+    )
     sandbox: SandboxConfig = SandboxConfig()
     connection: ConnectionConfig = ConnectionConfig()
     results: ResultsConfig = ResultsConfig()

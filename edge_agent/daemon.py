@@ -8,7 +8,7 @@
 The link dials out, and a renewal task (:mod:`edge_agent.renew`) renews the edge's client
 certificate before it expires; the next connection presents the new one. The only listener is
 the optional observability endpoint (:mod:`edge_agent.observe`: ``/metrics``, ``/healthz``,
-``/readyz``, loopback by default). Lifecycle: ``async with EdgeAgent(config) as agent`` starts
+``/readyz``, ``/status``, loopback by default). Lifecycle: ``async with EdgeAgent(config) as agent`` starts
 everything (reconciling the containers it owns first, so nothing leaks across a ``kill -9``);
 :meth:`EdgeAgent.drain` finishes in-flight calls within the grace period; leaving the
 context closes everything, idempotently.
@@ -25,12 +25,12 @@ import signal
 from datetime import timedelta
 from functools import partial
 from types import TracebackType
+from typing import Any
 
 from edge_agent.config import EdgeConfig
 from edge_agent.connection import Dialer, Link, Transport
-from edge_agent.connection.dialer import Endpoint
 from edge_agent.dispatch import Dispatcher
-from edge_agent.errors import ConfigError
+from edge_agent.errors import EdgeRefused
 from edge_agent.git import EdgeCredentials, GitService, RelayRoutes, load_or_create_key
 from edge_agent.identity import Identity
 from edge_agent.journal import ResultJournal
@@ -39,6 +39,7 @@ from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
 from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls, spread_for
 from edge_agent.sandbox import DockerRuntime, SandboxManager
+from edge_agent.status import status_document
 from outpost_wire import sdnotify
 from outpost_wire.frames import PROTOCOL_VERSION, Hello
 from outpost_wire.session import SessionConfig
@@ -65,26 +66,13 @@ class EdgeAgent:
         self.policy: Policy = config.load_policy()
         self.identity = identity or Identity.load(config.state_dir)
         cp = config.control_plane
-        endpoints = [Endpoint(a.tunnel_address, a.url) for a in cp.addresses] or [
-            Endpoint(
-                cp.tunnel_address or self.identity.tunnel_address,
-                cp.url or self.identity.control_plane_url,
-            )
-        ]
-        address = endpoints[0].tunnel_address
-        if not address and config.connection.transport != "websocket":
-            raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
-        self.tunnel_address = address or ""
-        self.dialer = Dialer(  # gRPC, WebSocket or auto; through the configured or environment proxy
-            identity=self.identity,
-            config=config.connection,
-            tunnel_address=address,
-            control_plane_url=endpoints[0].control_plane_url,
-            more_endpoints=endpoints[1:],
-            state_dir=config.state_dir,
-            max_frame_bytes=SessionConfig().max_frame_bytes,
-            tls_server_name=config.control_plane.tls_server_name,
+        # gRPC, WebSocket or auto; through the configured or environment proxy (the doctor dials
+        # through the very same routes: Dialer.for_config)
+        self.dialer = Dialer.for_config(
+            config, self.identity, max_frame_bytes=SessionConfig().max_frame_bytes
         )
+        first = self.dialer.routes(0)
+        self.tunnel_address = first[0].target if first else ""
         self.runtime: DockerRuntime | None = None
         self.manager: SandboxManager | None = None
         self.journal: ResultJournal | None = None
@@ -113,12 +101,24 @@ class EdgeAgent:
         )
         self.observe: ObserveServer | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._link_task: asyncio.Task[None] | None = None
         self._closed = False
         self.notifier = sdnotify.Notifier.from_environ(os.environ)  # systemd Type=notify, if any
 
     @property
     def edge_id(self) -> str:
         return self.identity.edge_id
+
+    def status(self) -> dict[str, Any]:
+        """The ``/status`` document (:mod:`edge_agent.status`)."""
+        return status_document(
+            identity=self.identity,
+            name=self.config.name,
+            link=self.link,
+            dialer=self.dialer,
+            sandboxes_live=self.manager.in_use() if self.manager is not None else 0,
+            sandbox_capacity=self.policy.max_sandboxes,
+        )
 
     async def __aenter__(self) -> EdgeAgent:
         try:
@@ -147,6 +147,8 @@ class EdgeAgent:
             default_limits=self.policy.resolve(),
             name_prefix=cfg.sandbox.name_prefix,
             git=self.git,
+            on_provisioned=self.metrics.sandbox_provisioned,
+            workspace_quota_bytes=self.policy.limits.max_workspace_mb * 1024 * 1024,
         )
         await self.manager.start()
         if cfg.mcp_servers:
@@ -166,7 +168,8 @@ class EdgeAgent:
         )
         self.metrics.bind(link=self.link, manager=self.manager, capacity=self.policy.max_sandboxes)
         await self._start_observe()
-        self._tasks.append(asyncio.create_task(self.link.run(), name="edge-link"))
+        self._link_task = asyncio.create_task(self.link.run(), name="edge-link")
+        self._tasks.append(self._link_task)
         self._tasks.append(asyncio.create_task(self._prune_journal(), name="edge-journal-prune"))
         self._tasks.append(asyncio.create_task(self.renewer.run(), name="edge-certificate-renewal"))
         c = cfg.connection  # the watchdog tolerates reconnects and a control plane's maintenance,
@@ -195,7 +198,7 @@ class EdgeAgent:
             return
         host, port = self.config.observability.address
         server = ObserveServer(
-            host, port, render=self.metrics.registry.render, readiness=self.metrics.readiness
+            host, port, registry=self.metrics.registry, readiness=self.metrics.readiness, status=self.status
         )
         try:
             await server.start()
@@ -222,6 +225,7 @@ class EdgeAgent:
             scratch_dir=cfg.state_dir / GIT_SCRATCH_DIR,
             routes=RelayRoutes(key),
             credentials=credentials,
+            policy=self.policy.repositories,
         )
 
     def _use_identity(self, identity: Identity) -> None:
@@ -316,16 +320,26 @@ class EdgeAgent:
             await self.journal.close()
 
     async def run_until_signalled(self) -> None:
-        """Serve until SIGTERM or SIGINT, then drain and return."""
+        """Serve until SIGTERM or SIGINT, then drain and return. Raises :class:`EdgeRefused`
+        when the control plane refuses this edge for good (revoked, unknown): the link has
+        stopped, and the process should exit (code 3) rather than be restarted."""
+        assert self._link_task is not None, "start() first"
         loop = asyncio.get_running_loop()
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        signalled = asyncio.create_task(stop.wait(), name="edge-wait-signal")
         try:
-            await stop.wait()
-            log.info("signal received; draining")
-            await self.drain()
+            await asyncio.wait({signalled, self._link_task}, return_when=asyncio.FIRST_COMPLETED)
+            if stop.is_set():
+                log.info("signal received; draining")
+                await self.drain()
+            elif self._link_task.done() and not self._link_task.cancelled():
+                self._link_task.result()  # the link failed (a bug): let the process say so and exit
         finally:
+            signalled.cancel()
             for sig in (signal.SIGTERM, signal.SIGINT):
                 with contextlib.suppress(Exception):
                     loop.remove_signal_handler(sig)
+        if self.link is not None and self.link.refusal is not None:
+            raise EdgeRefused(self.link.refusal)

@@ -11,12 +11,16 @@ tunnel turns any of them into ``(code, message)`` without knowing the class::
         ├── SandboxUnavailable        a sandbox could not be created/reached  SANDBOX_UNAVAILABLE
         ├── UnknownSession            no sandbox exists for the session       UNKNOWN_SESSION
         ├── ConfigError               the edge's configuration is invalid     INVALID_REQUEST
+        ├── EdgeRefused               the control plane refuses this edge for UNAUTHENTICATED
+        │                             good: revoked, unknown (.reason)
         └── RepositoryError           a session repository could not be put   REPOSITORY_CLONE_FAILED
             │                         into the workspace (.url)
             ├── RepositoryAuthenticationFailed                                REPOSITORY_AUTHENTICATION_FAILED
             ├── RepositoryForbidden                                           REPOSITORY_FORBIDDEN
             ├── RepositoryNotFound                                            REPOSITORY_NOT_FOUND
-            └── RepositoryCheckoutFailed  the branch or commit is not there   REPOSITORY_CHECKOUT_FAILED
+            ├── RepositoryCheckoutFailed  the branch or commit is not there   REPOSITORY_CHECKOUT_FAILED
+            └── RepositoryRefused     the policy's repositories rule refuses  REPOSITORY_CLONE_FAILED
+                                      the URL or its address (.rule)
 
 Foreign exceptions (docker, grpc, OS errors) are mapped to these once, at the boundary that calls
 the foreign library (for Docker: :class:`edge_agent.sandbox.runtime.DockerRuntime`).
@@ -32,12 +36,14 @@ __all__ = [
     "CapacityExhausted",
     "ConfigError",
     "EdgeError",
+    "EdgeRefused",
     "PolicyDenied",
     "RepositoryAuthenticationFailed",
     "RepositoryCheckoutFailed",
     "RepositoryError",
     "RepositoryForbidden",
     "RepositoryNotFound",
+    "RepositoryRefused",
     "SandboxUnavailable",
     "UnknownSession",
 ]
@@ -88,6 +94,19 @@ class ConfigError(EdgeError):
     code = ErrorCode.INVALID_REQUEST
 
 
+class EdgeRefused(EdgeError):
+    """The control plane refuses this edge's identity for a final ``reason`` (``revoked``,
+    ``unknown_edge``, ...: :data:`outpost_wire.admission.FINAL_REASONS`); only a new enrollment
+    helps."""
+
+    code = ErrorCode.UNAUTHENTICATED
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        words = reason.replace("_", " ")
+        super().__init__(f"the control plane refuses this edge: {words}" + (f" ({detail})" if detail else ""))
+        self.reason = reason
+
+
 class RepositoryError(EdgeError):
     """A repository of the session could not be cloned into its workspace. ``url`` is the
     repository's URL (never with a credential); the message starts with it."""
@@ -120,3 +139,12 @@ class RepositoryCheckoutFailed(RepositoryError):
     """The clone worked but the requested branch or commit does not exist in it."""
 
     code = ErrorCode.REPOSITORY_CHECKOUT_FAILED
+
+
+class RepositoryRefused(RepositoryError):
+    """The edge's ``repositories`` policy refuses the URL: its scheme, its host, or an address it
+    resolves to (loopback, metadata, private ...). ``rule`` names the rule; nothing was dialled."""
+
+    def __init__(self, url: str, rule: str, reason: str) -> None:
+        super().__init__(url, f"{reason} (policy rule: {rule})")
+        self.rule = rule

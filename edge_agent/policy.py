@@ -15,6 +15,10 @@ The ``egress`` section caps what sandboxes may reach (see :mod:`edge_agent.egres
 
 A requested entry must be covered by one of ``allowed_hosts`` (``*.example.com`` covers
 ``api.example.com`` and ``*.api.example.com``; an entry without a port covers every port).
+
+The ``repositories`` section says which session repositories the edge clones and relays (on its
+own host, outside the egress proxy): allowed hosts, ``http``, and the non-public networks they may
+resolve into; by default none (see :mod:`edge_agent.git.policy`).
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from edge_agent.egress import Allowlist, EgressMode, EgressSpec
 from edge_agent.errors import PolicyDenied
+from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.mcp.config import McpPolicy
 from edge_agent.sandbox import SandboxLimits
 
@@ -40,8 +45,11 @@ class _Strict(BaseModel):
 
 
 class ImagePolicy(_Strict):
-    default: str = "outpost-sandbox:1"
-    allowed: tuple[str, ...] = ("outpost-sandbox:1",)
+    default: str = Field(
+        "outpost-sandbox:1",
+        description="The image of a sandbox whose request names none (must be in `images.allowed`).",
+    )
+    allowed: tuple[str, ...] = Field(("outpost-sandbox:1",), description="The only images a sandbox may use.")
 
     @model_validator(mode="after")
     def _default_allowed(self) -> ImagePolicy:
@@ -51,12 +59,23 @@ class ImagePolicy(_Strict):
 
 
 class LimitsPolicy(_Strict):
-    max_cpus: float = Field(2.0, gt=0)
-    max_memory_mb: int = Field(2048, gt=16)
-    max_pids: int = Field(512, gt=8)
-    default_cpus: float = Field(1.0, gt=0)
-    default_memory_mb: int = Field(1024, gt=16)
-    default_pids: int = Field(256, gt=8)
+    max_cpus: float = Field(2.0, gt=0, description="CPU ceiling of one sandbox.")
+    max_memory_mb: int = Field(2048, gt=16, description="Memory ceiling of one sandbox, in MiB.")
+    max_pids: int = Field(512, gt=8, description="Process ceiling of one sandbox.")
+    default_cpus: float = Field(1.0, gt=0, description="CPUs of a sandbox whose request names none.")
+    default_memory_mb: int = Field(
+        1024,
+        gt=16,
+        description="Memory of a sandbox whose request names none, in MiB.",
+    )
+    default_pids: int = Field(256, gt=8, description="Processes of a sandbox whose request names none.")
+    max_workspace_mb: int = Field(
+        10240,
+        ge=0,
+        description="Size quota of one sandbox's `/workspace`, in MiB (0 = none). A soft quota: the "
+        "`write` and `edit` tools refuse to pass it, and a `bash` call that ends with the workspace "
+        "over it is reported as an error; see docs/security.md.",
+    )
 
     @model_validator(mode="after")
     def _defaults_within_max(self) -> LimitsPolicy:
@@ -70,8 +89,15 @@ class LimitsPolicy(_Strict):
 
 
 class EgressPolicy(_Strict):
-    max_mode: EgressMode = EgressMode.ALLOWLIST
-    allowed_hosts: tuple[str, ...] = ()
+    max_mode: EgressMode = Field(
+        EgressMode.ALLOWLIST,
+        description="The most network an environment may ask for.",
+    )
+    allowed_hosts: tuple[str, ...] = Field(
+        (),
+        description="The hosts any allowlist may contain (`host`, `*.domain`, IPv4, optional `:port`); each "
+        "requested entry must be covered by one.",
+    )
 
     @field_validator("allowed_hosts")
     @classmethod
@@ -108,9 +134,11 @@ class Policy(_Strict):
     images: ImagePolicy = ImagePolicy()
     limits: LimitsPolicy = LimitsPolicy()
     egress: EgressPolicy = EgressPolicy()
-    max_sandboxes: int = Field(8, ge=1, le=1024)
+    max_sandboxes: int = Field(8, ge=1, le=1024, description="Sandboxes this edge runs at once.")
     #: Which private MCP servers (and which of their tools) sessions may use. Default: none.
     mcp: McpPolicy = McpPolicy()
+    #: Which repositories the edge may clone and relay (hosts, http, networks). Default: none.
+    repositories: RepositoryPolicy = RepositoryPolicy()
 
     def digest(self) -> str:
         """sha256 of the canonical JSON form; reported to the control plane in hello."""

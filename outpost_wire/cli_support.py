@@ -18,7 +18,7 @@ import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 import yaml
 from pydantic import ValidationError
@@ -31,6 +31,7 @@ __all__ = [
     "EXIT_REFUSED",
     "EXIT_UNREACHABLE",
     "EXIT_USAGE",
+    "ArgumentParser",
     "CliError",
     "RefusedError",
     "UnreachableError",
@@ -39,6 +40,7 @@ __all__ = [
     "env_help",
     "load_yaml_mapping",
     "log_level",
+    "output_format",
     "print_rows",
     "run_cli",
     "validation_message",
@@ -51,6 +53,14 @@ EXIT_REFUSED = 3  # authentication refused, the edge revoked or unknown: retryin
 EXIT_UNREACHABLE = 4  # the control plane could not be reached
 
 _LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line, ``PROG: MESSAGE; see PROG --help`` (exit 2),
+    not the usage block. Sub-command parsers made from it are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: {message}; see {self.prog} --help\n")
 
 
 class CliError(Exception):
@@ -107,7 +117,8 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _output_format(args: argparse.Namespace, stream: TextIO) -> str:
+def output_format(args: argparse.Namespace, stream: TextIO) -> str:
+    """``table`` or ``json``: the ``-o`` flag's choice, else table on a terminal, JSON otherwise."""
     chosen = getattr(args, "output", None)
     if chosen:
         return str(chosen)
@@ -137,7 +148,7 @@ def print_rows(
     """Print ``rows`` as a table (``columns``: (key, heading)) or the JSON ``document`` (default: the
     rows) for ``-o json``."""
     out = stream or sys.stdout
-    if _output_format(args, out) == "json":
+    if output_format(args, out) == "json":
         json.dump(list(rows) if document is None else document, out, indent=2, default=str)
         out.write("\n")
         return
@@ -155,7 +166,8 @@ def validation_message(exc: ValidationError, source: str) -> str:
     parts = []
     for e in exc.errors():
         where = ".".join(str(p) for p in e["loc"]) or "(top level)"
-        parts.append(f"{where}: {e['msg']}")
+        message = str(e["msg"]).removeprefix("Value error, ")  # a validator's own words
+        parts.append(f"{where}: {message}")
     return f"invalid configuration in {source}: " + "; ".join(parts)
 
 

@@ -29,6 +29,7 @@ from control_plane.api.query import check_limit, time_bounds
 from control_plane.api.resources_json import agent_json
 from control_plane.api.wire import page_body
 from control_plane.errors import InvalidRequest, VersionConflict
+from control_plane.outbound import OutboundGuard
 from control_plane.sessions.agent_config import (
     ToolParams,
     resolve_execution_identity,
@@ -65,7 +66,7 @@ def _refuse_multiagent(value: object) -> None:
         )
 
 
-def _updated_body(current: dict[str, Any], body: AgentUpdate) -> dict[str, Any]:
+def _updated_body(current: dict[str, Any], body: AgentUpdate, outbound: OutboundGuard) -> dict[str, Any]:
     """The new agent body: ``current`` with the fields ``body`` sets."""
     sent = body.model_fields_set
     new = dict(current)
@@ -86,7 +87,7 @@ def _updated_body(current: dict[str, Any], body: AgentUpdate) -> dict[str, Any]:
     if "system" in sent:
         new["system"] = body.system or None
     servers = (
-        resolve_mcp_servers(body.mcp_servers or [])
+        resolve_mcp_servers(body.mcp_servers or [], outbound)
         if "mcp_servers" in sent
         else current.get("mcp_servers", [])
     )
@@ -105,13 +106,17 @@ def _updated_body(current: dict[str, Any], body: AgentUpdate) -> dict[str, Any]:
     return new
 
 
-def agents_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
+def agents_router(
+    store: Store, clock: Callable[[], datetime], outbound: OutboundGuard | None = None
+) -> APIRouter:
+    """``outbound``: the check of direct MCP server URLs (default: no private networks)."""
     router = APIRouter()
+    guard = outbound or OutboundGuard()
 
     @router.post("/v1/agents")
     async def create(body: AgentCreate) -> dict[str, Any]:
         _refuse_multiagent(body.multiagent)
-        servers = resolve_mcp_servers(body.mcp_servers)
+        servers = resolve_mcp_servers(body.mcp_servers, guard)
         stored = {
             "name": body.name,
             "description": body.description or None,
@@ -140,7 +145,7 @@ def agents_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
                 )
             if body.version is not None and body.version != current.version:
                 raise VersionConflict("agent", agent_id, body.version, current.version)
-            new = _updated_body(current.body, body)
+            new = _updated_body(current.body, body, guard)
             if new == current.body:
                 return agent_json(current)
             try:

@@ -4,34 +4,41 @@ Middleware, outermost first: the ``request-id`` header, then the API-key gate (a
 headers alone, before any body is read), then the body-size limit (413 before a route reads an
 oversized body). Every HTTP path needs an API key but liveness, readiness and enrollment
 (:data:`control_plane.api.auth.PUBLIC_PATHS`), and ``/metrics`` when ``ApiConfig.metrics_public``.
-The request id is bound to the log context for everything logged while the request is served.
+The request id and the caller's API key id are bound to the log context for everything logged
+while the request is served. What each key may do: :mod:`control_plane.api.caller`.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 
 from control_plane.api.agents import agents_router
+from control_plane.api.api_keys import api_keys_router
 from control_plane.api.auth import PUBLIC_PATHS, ApiKeyAuth, ApiKeyGate
 from control_plane.api.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
+from control_plane.api.caller import require_admin_key, unscoped_writes
 from control_plane.api.coded_errors import install_coded_error_handler
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
 from control_plane.api.events import events_router
+from control_plane.api.fleet import FleetView
+from control_plane.api.health import ReadinessCheck, health_router
 from control_plane.api.metrics import ControlPlaneMetrics, metrics_router
 from control_plane.api.operations import operations_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
+from control_plane.api.streaming import StreamSlots
 from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
+from control_plane.outbound import OutboundGuard
 from control_plane.runner import SessionRunner
 from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.store.base import Store
@@ -51,6 +58,8 @@ class ApiConfig:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
     stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
+    stream_max_per_key: int = 200  # open event streams per API key (429 past it)
+    stream_max_total: int = 2000  # open event streams in all (503 past it)
     metrics_public: bool = False  # serve /metrics without an API key
 
 
@@ -78,6 +87,9 @@ class ApiServices:
     vault: Vault | None = None  # None: the /v1/vaults routes answer 503
     metrics: ControlPlaneMetrics | None = None  # None: no /metrics route
     tunnel_ws: WsTunnelEndpoint | None = None  # the WebSocket tunnel; None: not served
+    control_plane_id: str = ""  # this process, as edge listings name the holder of a tunnel
+    readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)  # /readyz's checks
+    outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -86,7 +98,8 @@ def create_app(services: ApiServices) -> FastAPI:
     install_coded_error_handler(app)
     app.add_middleware(BodyLimitMiddleware, max_body_bytes=services.config.max_body_bytes)
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
-    app.add_middleware(ApiKeyGate, store=services.store, public=public)  # outside the body limit
+    # outside the body limit
+    app.add_middleware(ApiKeyGate, store=services.store, public=public, clock=services.clock)
 
     @app.middleware("http")
     async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
@@ -97,19 +110,23 @@ def create_app(services: ApiServices) -> FastAPI:
         response.headers["request-id"] = rid
         return response
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    app.include_router(health_router(services.readiness))  # /healthz and /readyz
 
     # The enrollment token is the credential for enrolling; everything else needs an API key.
     app.include_router(enroll_router(services.enrollment, tunnel_address=services.tunnel_address))
-    authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store))])
-    authed.include_router(operator_router(services.enrollment))
-    authed.include_router(environments_router(services.store, services.clock))
-    authed.include_router(agents_router(services.store, services.clock))
+    authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock))])
+    fleet = FleetView(services.registry, services.store, services.clock, services.control_plane_id)
+    authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=services.clock))
+    authed.include_router(environments_router(services.store, services.clock, services.registry))
+    authed.include_router(
+        agents_router(services.store, services.clock, services.outbound),
+        dependencies=[Depends(unscoped_writes("changing agents"))],
+    )
     tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
     authed.include_router(
-        sessions_router(services.store, services.bus, services.runner, services.clock, tokens)
+        sessions_router(
+            services.store, services.bus, services.runner, services.clock, tokens, services.outbound
+        )
     )
     authed.include_router(session_resources_router(services.store, tokens, services.clock))
     authed.include_router(
@@ -119,13 +136,18 @@ def create_app(services: ApiServices) -> FastAPI:
             services.runner,
             services.clock,
             ping_interval_s=services.config.stream_ping_interval_s,
+            streams=StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total),
         )
     )
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
-    authed.include_router(vaults_router(services.vault, services.clock))
+    authed.include_router(
+        vaults_router(services.vault, services.clock),
+        dependencies=[Depends(unscoped_writes("changing vaults"))],
+    )
+    authed.include_router(api_keys_router(services.store, services.clock))
     app.include_router(authed)
     if services.metrics is not None:
-        auth = None if services.config.metrics_public else ApiKeyAuth(services.store)
+        auth = None if services.config.metrics_public else require_admin_key("reading /metrics")
         app.include_router(metrics_router(services.metrics, auth))
     if services.tunnel_ws is not None:  # edges authenticate with a PoP token, not an API key
         app.router.add_websocket_route(WS_TUNNEL_PATH, services.tunnel_ws.handle)

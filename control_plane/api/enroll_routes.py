@@ -6,22 +6,28 @@ Two routers, both free of API-key auth; the application mounts them:
   certificate) and ``POST /v1/edges/renew``. Public: the enrollment token in the body is the
   credential, or for a renewal the edge's proof-of-possession token (``Authorization: Outpost-PoP
   <token>``, made with its current certificate). Mount it *outside* the API-key middleware.
-* :func:`operator_router` — ``POST /v1/environments/{id}/enrollment_tokens``, ``GET /v1/edges``,
+* :func:`operator_router` — ``POST /v1/environments/{id}/enrollment_tokens``,
+  ``GET /v1/enrollment_tokens``, ``POST /v1/enrollment_tokens/{id}/revoke``, ``GET /v1/edges``,
   ``GET /v1/edges/{id}``, ``POST /v1/edges/{id}/revoke``. Mount it *behind* the API-key middleware.
+  An environment-scoped key sees only its environments' tokens and edges (others are a 404, as
+  if unknown; see :mod:`control_plane.api.caller`).
+  Edges come with their live status (connected, since, last seen, software version, sandboxes,
+  which control-plane process holds the tunnel: :mod:`control_plane.api.fleet`).
 
 Errors use the Anthropic API shape ``{"type": "error", "error": {"type": ..., "message": ...}}``:
 400 ``invalid_request_error`` (bad body, query or CSR), 401 ``authentication_error`` (token rejected:
-unknown / expired / used; for a renewal, the proof of possession or the edge's certificate refused,
-with the reason), 404 ``not_found_error``, 413 ``request_too_large``. The routers map these
-themselves (through their route class), so they do not depend on the application's handlers. Error
+unknown / revoked / expired / used; for a renewal, the proof of possession or the edge's
+certificate refused, with the reason), 404 ``not_found_error``, 413 ``request_too_large``. The
+routers map these themselves (through their route class), so they do not depend on the
+application's handlers; those map the rest (409 ``conflict_error``: revoking a used token). Error
 messages never echo request input, so a token cannot leak into a response or a log through them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
-from datetime import datetime
-from typing import Any, Literal
+from collections.abc import Awaitable, Callable, Coroutine
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
 
 from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -30,9 +36,11 @@ from fastapi.routing import APIRoute
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.types import Message
 
+from control_plane.api.caller import Caller, CallerDep
+from control_plane.api.fleet import EdgeLive, EnrollmentTokenInfo, EnrollmentTokenList, FleetView
 from control_plane.enroll.service import MAX_TOKEN_TTL_S, EdgeAuthError, EnrollmentService
 from control_plane.errors import InvalidRequest, NotFound, TokenRejected
-from control_plane.store.base import EdgeRecord
+from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord
 from outpost_wire.pop import AUTH_SCHEME, PopError
 
 __all__ = [
@@ -120,7 +128,7 @@ class EnrollmentTokenObject(BaseModel):
 
 
 class EdgeObject(BaseModel):
-    """An enrolled edge, as the operator API shows it (no secrets)."""
+    """An enrolled edge, as the operator API shows it (no secrets), with its live status."""
 
     type: Literal["edge"] = "edge"
     id: str
@@ -131,10 +139,20 @@ class EdgeObject(BaseModel):
     created_at: datetime
     cert_not_after: datetime
     revoked_at: datetime | None = None
+    connected: bool = False
+    connected_at: datetime | None = None  # known on the process holding the tunnel
+    last_seen_at: datetime | None = None
+    control_plane_id: str | None = None  # the process holding the tunnel
+    software_version: str | None = None
+    sandboxes_in_use: int | None = None
+    sandbox_capacity: int | None = None
+    draining: bool | None = None
+    peer: str | None = None
 
     @classmethod
-    def from_record(cls, record: EdgeRecord) -> EdgeObject:
-        """Convert a store record."""
+    def from_record(cls, record: EdgeRecord, live: EdgeLive | None = None) -> EdgeObject:
+        """Convert a store record, with the edge's live status if known."""
+        live = live or EdgeLive(last_seen_at=record.last_seen_at)
         return cls(
             id=record.id,
             environment_id=record.environment_id,
@@ -144,6 +162,15 @@ class EdgeObject(BaseModel):
             created_at=record.created_at,
             cert_not_after=record.cert_not_after,
             revoked_at=record.revoked_at,
+            connected=live.connected,
+            connected_at=live.connected_at,
+            last_seen_at=live.last_seen_at,
+            control_plane_id=live.control_plane_id,
+            software_version=live.software_version,
+            sandboxes_in_use=live.sandboxes_in_use,
+            sandbox_capacity=live.sandbox_capacity,
+            draining=live.draining,
+            peer=live.peer,
         )
 
 
@@ -175,9 +202,16 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorResponse, "description": "not_found_error"},
     413: {"model": ErrorResponse, "description": "request_too_large"},
 }
+_TOKEN_REVOKE_ERRORS: dict[int | str, dict[str, Any]] = {
+    404: _ERRORS[404],
+    409: {"model": ErrorResponse, "description": "conflict_error: the token was used already"},
+}
 _ENROLL_ERRORS: dict[int | str, dict[str, Any]] = {
     400: _ERRORS[400],
-    401: {"model": ErrorResponse, "description": "authentication_error: token unknown, expired or used"},
+    401: {
+        "model": ErrorResponse,
+        "description": "authentication_error: token unknown, revoked, expired or used",
+    },
     413: _ERRORS[413],
 }
 _RENEW_ERRORS: dict[int | str, dict[str, Any]] = {
@@ -307,9 +341,44 @@ def enroll_router(service: EnrollmentService, *, tunnel_address: str | None = No
     return router
 
 
-def operator_router(service: EnrollmentService) -> APIRouter:
-    """Operator routes: issue enrollment tokens, list and revoke edges. Mount behind API-key auth."""
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+_Rec = TypeVar("_Rec", EdgeRecord, EnrollmentTokenRecord)
+
+
+def operator_router(
+    service: EnrollmentService,
+    *,
+    fleet: FleetView | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+) -> APIRouter:
+    """Operator routes: issue, list and revoke enrollment tokens; list and revoke edges, with their
+    live status from ``fleet`` (none: registry fields only). Mount behind API-key auth."""
     router = APIRouter(route_class=AnthropicErrorRoute, tags=["edges"])
+
+    async def visible(
+        caller: Caller, environment_id: str | None, lister: Callable[[str | None], Awaitable[list[_Rec]]]
+    ) -> list[_Rec]:
+        """What ``lister`` lists (of one environment, if given) that the caller's key sees, oldest
+        first; an environment it does not see lists nothing, like an unknown one."""
+        allowed = caller.environment_ids
+        if allowed is None:
+            return await lister(environment_id)
+        if environment_id is not None:
+            return await lister(environment_id) if environment_id in allowed else []
+        found = [r for env in sorted(allowed) for r in await lister(env)]
+        return sorted(found, key=lambda r: (r.created_at, r.id))
+
+    async def edge_of(caller: Caller, edge_id: str) -> EdgeRecord:
+        record = await service.get_edge(edge_id)
+        caller.check_environment(record.environment_id, NotFound("edge", edge_id))
+        return record
+
+    async def edge_objects(records: list[EdgeRecord]) -> list[EdgeObject]:
+        live = await fleet.live(records) if fleet is not None else {}
+        return [EdgeObject.from_record(r, live.get(r.id)) for r in records]
 
     @router.post(
         "/v1/environments/{environment_id}/enrollment_tokens",
@@ -317,8 +386,12 @@ def operator_router(service: EnrollmentService) -> APIRouter:
         responses=_ERRORS,
     )
     async def create_enrollment_token(
-        environment_id: str, response: Response, body: CreateEnrollmentTokenRequest | None = None
+        environment_id: str,
+        response: Response,
+        caller: CallerDep,
+        body: CreateEnrollmentTokenRequest | None = None,
     ) -> EnrollmentTokenObject:
+        caller.check_environment(environment_id, NotFound("environment", environment_id))
         ttl_s = body.ttl_seconds if body is not None and body.ttl_seconds is not None else 3600.0
         issued = await service.create_token(environment_id, ttl_s=ttl_s)
         response.headers["Cache-Control"] = "no-store"
@@ -330,9 +403,37 @@ def operator_router(service: EnrollmentService) -> APIRouter:
             ca_fingerprint=issued.ca_fingerprint,
         )
 
+    @router.get("/v1/enrollment_tokens", response_model=EnrollmentTokenList)
+    async def list_enrollment_tokens(
+        caller: CallerDep, environment_id: str | None = None
+    ) -> EnrollmentTokenList:
+        """Every enrollment token (of one environment), oldest first, with its status; never the
+        token itself."""
+        now = clock()
+        records = await visible(caller, environment_id, service.list_tokens)
+        tokens = [EnrollmentTokenInfo.from_record(r, now) for r in records]
+        return EnrollmentTokenList(
+            data=tokens,
+            first_id=tokens[0].id if tokens else None,
+            last_id=tokens[-1].id if tokens else None,
+        )
+
+    @router.post(
+        "/v1/enrollment_tokens/{token_id}/revoke",
+        response_model=EnrollmentTokenInfo,
+        responses=_TOKEN_REVOKE_ERRORS,
+    )
+    async def revoke_enrollment_token(token_id: str, caller: CallerDep) -> EnrollmentTokenInfo:
+        """Withdraw an unused token: it enrolls nothing from now on."""
+        if caller.environment_ids is not None and all(
+            r.id != token_id for r in await visible(caller, None, service.list_tokens)
+        ):
+            raise NotFound("enrollment token", token_id)
+        return EnrollmentTokenInfo.from_record(await service.revoke_token(token_id), clock())
+
     @router.get("/v1/edges", response_model=EdgeList, responses=_ERRORS)
-    async def list_edges(environment_id: str | None = None) -> EdgeList:
-        edges = [EdgeObject.from_record(r) for r in await service.list_edges(environment_id)]
+    async def list_edges(caller: CallerDep, environment_id: str | None = None) -> EdgeList:
+        edges = await edge_objects(await visible(caller, environment_id, service.list_edges))
         return EdgeList(
             data=edges,
             first_id=edges[0].id if edges else None,
@@ -340,11 +441,14 @@ def operator_router(service: EnrollmentService) -> APIRouter:
         )
 
     @router.get("/v1/edges/{edge_id}", response_model=EdgeObject, responses=_ERRORS)
-    async def get_edge(edge_id: str) -> EdgeObject:
-        return EdgeObject.from_record(await service.get_edge(edge_id))
+    async def get_edge(edge_id: str, caller: CallerDep) -> EdgeObject:
+        [edge] = await edge_objects([await edge_of(caller, edge_id)])
+        return edge
 
     @router.post("/v1/edges/{edge_id}/revoke", response_model=EdgeObject, responses=_ERRORS)
-    async def revoke_edge(edge_id: str) -> EdgeObject:
-        return EdgeObject.from_record(await service.revoke(edge_id))
+    async def revoke_edge(edge_id: str, caller: CallerDep) -> EdgeObject:
+        await edge_of(caller, edge_id)
+        [edge] = await edge_objects([await service.revoke(edge_id)])
+        return edge
 
     return router

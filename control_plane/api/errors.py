@@ -3,6 +3,13 @@
 ``{"type": "error", "error": {"type": <error type>, "message": str}}`` with the matching status;
 every response (errors included) carries a ``request-id`` header. Control-plane errors are mapped
 here, once.
+
+No edge to take a call (:class:`~control_plane.errors.EdgeUnavailable`, e.g. ``exec`` in an
+environment none of whose edges is connected) is a 503 ``api_error`` with ``details: {"error_code":
+"edge_unavailable", "environment_id": ...}`` (the SDK raises ``ServiceUnavailableError`` with that
+``error_code``). The type is from the API's closed set: ``overloaded_error`` means the service is
+overloaded (529), which this is not; ``GatewayDraining`` (this process is shutting down, the call
+goes to another) stays a 503 ``overloaded_error``.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from control_plane.errors import (
     ControlPlaneError,
     EdgeUnavailable,
     Fenced,
+    GatewayDraining,
     InvalidRequest,
     NotFound,
     SequenceConflict,
@@ -27,9 +35,11 @@ from control_plane.errors import (
 )
 from outpost_wire.errors import ErrorCode, RemoteError
 
-__all__ = ["ApiError", "error_body", "install_error_handlers"]
+__all__ = ["EDGE_UNAVAILABLE", "ApiError", "error_body", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
+
+EDGE_UNAVAILABLE = "edge_unavailable"  # details.error_code when no edge could take the call
 
 _STATUS_TYPES = {
     400: "invalid_request_error",
@@ -75,8 +85,10 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 400, "invalid_request_error"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
-    if isinstance(exc, EdgeUnavailable):
+    if isinstance(exc, GatewayDraining):
         return 503, "overloaded_error"
+    if isinstance(exc, EdgeUnavailable):
+        return 503, "api_error"
     if isinstance(exc, RemoteError):
         if exc.code is ErrorCode.DEADLINE_EXCEEDED:
             return 504, "timeout_error"
@@ -96,6 +108,13 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ControlPlaneError)
     async def _cp_error(_: Request, exc: ControlPlaneError) -> JSONResponse:
         status, error_type = _map(exc)
+        if isinstance(exc, EdgeUnavailable) and not isinstance(exc, GatewayDraining):
+            body = error_body(error_type, str(exc))
+            details: dict[str, Any] = {"error_code": EDGE_UNAVAILABLE}
+            if exc.environment_id is not None:
+                details["environment_id"] = exc.environment_id
+            body["error"]["details"] = details
+            return JSONResponse(body, status_code=status)
         return _json_error(status, error_type, str(exc))
 
     @app.exception_handler(RemoteError)

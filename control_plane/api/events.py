@@ -5,18 +5,24 @@
 * ``POST .../events`` — ``{"events": [...]}``: the whole batch is validated first (one bad event:
   400, nothing written), then appended in one call, announced on the bus, and the runner woken.
   The reply echoes the events with their server ``id`` and ``processed_at``.
-* ``GET  .../events/stream`` — Server-Sent Events (see :mod:`control_plane.api.streaming`).
+* ``GET  .../events/stream`` — Server-Sent Events (see :mod:`control_plane.api.streaming`); a
+  stream ends at its first frame after its API key is revoked or expires.
+
+An environment-scoped API key gets a 404 for a session of another environment, on every route.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import Response
 
+from control_plane.api.auth import KeyRecheck
+from control_plane.api.caller import CallerDep
 from control_plane.api.models import MAX_INT, EventsSend
 from control_plane.api.query import (
     TimeBounds,
@@ -27,7 +33,7 @@ from control_plane.api.query import (
     time_bounds,
 )
 from control_plane.api.sessions import RunnerCalls
-from control_plane.api.streaming import EventStream, SseResponse
+from control_plane.api.streaming import EventStream, SseResponse, StreamSlots
 from control_plane.api.wire import page_body
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest
@@ -38,6 +44,8 @@ from control_plane.sessions.log import append_and_publish, check_answers, read_s
 from control_plane.store.base import Event, Order, Store
 
 __all__ = ["events_router"]
+
+log = logging.getLogger(__name__)
 
 MAX_PAGE = 1000
 DEFAULT_PAGE = 100
@@ -83,14 +91,19 @@ def events_router(
     clock: Callable[[], datetime],
     *,
     ping_interval_s: float,
+    streams: StreamSlots | None = None,
 ) -> APIRouter:
+    """``streams``: the caps on open event streams (default: 200 per key, 2,000 in all)."""
     router = APIRouter()
+    slots = streams or StreamSlots(max_per_key=200, max_total=2000)
+    recheck = KeyRecheck(store, clock)
     calls = RunnerCalls(runner)
 
     @router.get("/v1/sessions/{session_id}/events")
     async def list_(
         request: Request,
         session_id: str,
+        caller: CallerDep,
         limit: int = DEFAULT_PAGE,
         page: str | None = None,
         order: Literal["asc", "desc"] = "asc",
@@ -104,7 +117,7 @@ def events_router(
             if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
                 raise InvalidRequest("page: invalid page cursor", param="page")
             after = seq
-        await store.get_resource("session", session_id)
+        await caller.session(store, session_id)
         events, more = await _page_of_events(
             store, session_id, after=after, order=Order(order), limit=limit, types=types, bounds=bounds
         )
@@ -112,8 +125,8 @@ def events_router(
         return page_body([event_json(e) for e in events], next_page)
 
     @router.post("/v1/sessions/{session_id}/events")
-    async def send(session_id: str, body: EventsSend) -> dict[str, Any]:
-        session = await store.get_resource("session", session_id)
+    async def send(session_id: str, body: EventsSend, caller: CallerDep) -> dict[str, Any]:
+        session = await caller.session(store, session_id)
         if session.archived_at is not None:
             raise InvalidRequest(
                 f"session {session_id!r} is archived; it takes no more events", param="session_id"
@@ -130,22 +143,46 @@ def events_router(
 
     @router.get("/v1/sessions/{session_id}/events/stream")
     async def stream(
-        request: Request, session_id: str, after_seq: int | None = Query(None, ge=0, le=MAX_INT)
+        request: Request,
+        session_id: str,
+        caller: CallerDep,
+        after_seq: int | None = Query(None, ge=0, le=MAX_INT),
     ) -> Response:
         deltas = query_list(request.query_params, "event_deltas", allowed=DELTA_EVENT_TYPES)
         last_event_id = request.headers.get("last-event-id", "").strip()
         if after_seq is None and last_event_id.isdigit():
             after_seq = int(last_event_id)
-        await store.get_resource("session", session_id)
-        events = await EventStream.open(
-            store,
-            bus,
-            session_id,
-            after_seq=after_seq,
-            delta_types=deltas,
-            ping_interval_s=ping_interval_s,
-            clock=clock,
-        )
-        return SseResponse(events.frames(), on_close=events.close)
+        release = slots.acquire(caller.key.id)
+        try:
+            await caller.session(store, session_id)
+            events = await EventStream.open(
+                store,
+                bus,
+                session_id,
+                after_seq=after_seq,
+                delta_types=deltas,
+                ping_interval_s=ping_interval_s,
+                clock=clock,
+            )
+        except BaseException:
+            release()
+            raise
+
+        def close() -> None:
+            events.close()
+            release()
+
+        async def while_key_holds() -> AsyncIterator[bytes]:
+            """The stream ends at the first frame (pings included) after its key is revoked or
+            expires (the key re-read at most every few seconds per key, see ``KeyRecheck``)."""
+            async for frame in events.frames():
+                if not await recheck.still_valid(caller.key.id):
+                    log.info(
+                        "ending an event stream of session %s: its API key is no longer valid", session_id
+                    )
+                    return
+                yield frame
+
+        return SseResponse(while_key_holds(), on_close=close)
 
     return router

@@ -1,18 +1,33 @@
 """Operator endpoints to look at connected edges and drive a sandbox by hand.
 
+``GET /v1/connected_edges`` lists the edges whose tunnels this process holds (``connected_at`` in
+RFC 3339); ``GET /v1/edges`` (:mod:`control_plane.api.fleet`) is the fleet-wide listing.
+
 ``POST /v1/sandboxes/exec`` runs one tool call on an edge of an environment, exactly as the
-harness would (same gateway, same idempotency), for ``outpost-control exec`` and for debugging.
+harness would (same gateway, same idempotency), for ``outpost-control exec`` and for debugging. It
+does not wait for an edge: with none of the environment's edges connected to this process it
+answers at once, 503 ``api_error`` with ``details.error_code: edge_unavailable`` and a message
+naming the environment and its edge counts (see :mod:`control_plane.api.errors`).
+
+An environment-scoped API key lists only its environments' edges and drives only their
+sandboxes (another environment, or a session of one, is a 404).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import secrets
+from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.api.caller import Caller, CallerDep
+from control_plane.api.wire import timestamp
+from control_plane.edge_counts import count_edges, no_edge_here
+from control_plane.errors import EdgeUnavailable, NotFound
 from control_plane.store.base import Store
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
 
@@ -35,19 +50,51 @@ class DestroyBody(BaseModel):
     session_id: str
 
 
-def operations_router(store: Store, registry: EdgeRegistry, gateway: EdgeGateway) -> APIRouter:
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def operations_router(
+    store: Store,
+    registry: EdgeRegistry,
+    gateway: EdgeGateway,
+    clock: Callable[[], datetime] = _utcnow,
+) -> APIRouter:
     router = APIRouter()
 
+    async def sandbox_target(caller: Caller, environment_id: str, session_id: str) -> None:
+        """404 unless the key sees the environment; for an environment-scoped key, the id of a
+        session in another environment is a 404 too."""
+        caller.check_environment(environment_id, NotFound("environment", environment_id))
+        if caller.environment_ids is None:
+            return
+        try:
+            session = await store.get_resource("session", session_id)
+        except NotFound:
+            return  # a sandbox by a name of the operator's own (``exec --session s1``)
+        if session.body.get("environment_id") != environment_id:
+            raise NotFound("session", session_id)
+
     @router.get("/v1/connected_edges")
-    async def connected(environment_id: str | None = None) -> dict[str, Any]:
-        items = [dataclasses.asdict(s) for s in registry.statuses()]
+    async def connected(caller: CallerDep, environment_id: str | None = None) -> dict[str, Any]:
+        items = [
+            dataclasses.asdict(s) | {"connected_at": timestamp(s.connected_at)}
+            for s in registry.statuses()
+            if caller.sees_environment(s.environment_id)
+        ]
         if environment_id:
             items = [s for s in items if s["environment_id"] == environment_id]
         return {"data": items, "next_page": None}
 
     @router.post("/v1/sandboxes/exec")
-    async def exec_(body: ExecBody) -> dict[str, Any]:
+    async def exec_(body: ExecBody, caller: CallerDep) -> dict[str, Any]:
+        await sandbox_target(caller, body.environment_id, body.session_id)
         await store.get_resource("environment", body.environment_id)  # 404 if unknown
+        if not registry.for_environment(body.environment_id):
+            # An operator at a terminal: say so now instead of waiting edge_wait_s for an edge.
+            env = body.environment_id
+            counts = await count_edges(store, clock(), environment_id=env)
+            raise EdgeUnavailable(no_edge_here(env, counts[env]), env)
         result = await gateway.execute(
             body.session_id,
             body.environment_id,
@@ -64,7 +111,8 @@ def operations_router(store: Store, registry: EdgeRegistry, gateway: EdgeGateway
         }
 
     @router.post("/v1/sandboxes/destroy")
-    async def destroy(body: DestroyBody) -> dict[str, Any]:
+    async def destroy(body: DestroyBody, caller: CallerDep) -> dict[str, Any]:
+        await sandbox_target(caller, body.environment_id, body.session_id)
         existed = await gateway.destroy(body.session_id, body.environment_id)
         return {"type": "sandbox_destroyed", "session_id": body.session_id, "existed": existed}
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from fastapi import APIRouter, Body
 
+from control_plane.api.caller import Caller, CallerDep
 from control_plane.api.errors import ApiError
 from control_plane.api.query import check_limit
 from control_plane.api.wire import page_body
@@ -69,8 +70,8 @@ def session_resources_router(
 ) -> APIRouter:
     router = APIRouter()
 
-    async def session_of(session_id: str, *, usable: bool = False) -> Resource:
-        session = await store.get_resource("session", session_id)
+    async def session_of(caller: Caller, session_id: str, *, usable: bool = False) -> Resource:
+        session = await caller.session(store, session_id)  # 404 for another environment's session
         if usable and session.archived_at is not None:
             raise InvalidRequest(f"session {session_id!r} is archived", param="session_id")
         return session
@@ -82,8 +83,10 @@ def session_resources_router(
         return res
 
     @router.get("/v1/sessions/{session_id}/resources")
-    async def list_(session_id: str, limit: int = 20, page: str | None = None) -> dict[str, Any]:
-        await session_of(session_id)
+    async def list_(
+        session_id: str, caller: CallerDep, limit: int = 20, page: str | None = None
+    ) -> dict[str, Any]:
+        await session_of(caller, session_id)
         result = await store.list_resources(
             RESOURCE_KIND,
             filters={"session_id": session_id},
@@ -94,8 +97,8 @@ def session_resources_router(
         return page_body([repository_json(r) for r in result.items], result.next_cursor)
 
     @router.post("/v1/sessions/{session_id}/resources")
-    async def add(session_id: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        await session_of(session_id, usable=True)
+    async def add(session_id: str, caller: CallerDep, body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
+        await session_of(caller, session_id, usable=True)
         kind = body.get("type")
         if kind == "file":
             raise InvalidRequest("type: 'file' resources are not supported by Outpost yet", param="type")
@@ -106,13 +109,18 @@ def session_resources_router(
         )
 
     @router.get("/v1/sessions/{session_id}/resources/{resource_id}")
-    async def retrieve(session_id: str, resource_id: str) -> dict[str, Any]:
-        await session_of(session_id)
+    async def retrieve(session_id: str, resource_id: str, caller: CallerDep) -> dict[str, Any]:
+        await session_of(caller, session_id)
         return repository_json(await resource_of(session_id, resource_id))
 
     @router.post("/v1/sessions/{session_id}/resources/{resource_id}")
-    async def update(session_id: str, resource_id: str, body: dict[str, Any] = Body(...)) -> dict[str, Any]:  # noqa: B008
-        await session_of(session_id, usable=True)
+    async def update(
+        session_id: str,
+        resource_id: str,
+        caller: CallerDep,
+        body: dict[str, Any] = Body(...),  # noqa: B008
+    ) -> dict[str, Any]:
+        await session_of(caller, session_id, usable=True)
         res = await resource_of(session_id, resource_id)
         unknown = sorted(set(body) - {"authorization_token"})
         if unknown:
@@ -127,8 +135,8 @@ def session_resources_router(
         return repository_json(updated)
 
     @router.delete("/v1/sessions/{session_id}/resources/{resource_id}")
-    async def delete(session_id: str, resource_id: str) -> dict[str, Any]:
-        await session_of(session_id)
+    async def delete(session_id: str, resource_id: str, caller: CallerDep) -> dict[str, Any]:
+        await session_of(caller, session_id)
         await resource_of(session_id, resource_id)
         await store.delete_resource(RESOURCE_KIND, resource_id)
         return {"id": resource_id, "type": "session_resource_deleted"}

@@ -16,6 +16,9 @@ wakes the runner; it never runs a turn:
 stored as its own resource with its token sealed (see ``control_plane.sessions.repositories`` and
 ``control_plane.api.session_resources``); the session's view lists them without tokens. Archive
 purges the sealed tokens; delete removes the resources.
+
+An environment-scoped API key lists only its environments' sessions, and any other session is a
+404 as if it did not exist (:class:`control_plane.api.caller.Caller`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 
 from control_plane.api.agents import stored_tool_params
+from control_plane.api.caller import CallerDep
 from control_plane.api.environments import get_environment
 from control_plane.api.errors import ApiError
 from control_plane.api.models import (
@@ -44,6 +48,7 @@ from control_plane.api.resources_json import session_agent_snapshot, session_jso
 from control_plane.api.session_resources import create_repositories
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest, VersionConflict
+from control_plane.outbound import OutboundGuard
 from control_plane.runner import SessionRunner
 from control_plane.sessions.agent_config import (
     resolve_mcp_servers,
@@ -92,7 +97,9 @@ class RunnerCalls:
             log.exception("runner.session_ended(%s) failed", session_id)
 
 
-async def _agent_snapshot(store: Store, ref: str | AgentRef | AgentWithOverrides) -> dict[str, Any]:
+async def _agent_snapshot(
+    store: Store, ref: str | AgentRef | AgentWithOverrides, outbound: OutboundGuard
+) -> dict[str, Any]:
     """The session's agent: the referenced version (latest when omitted) with any overrides."""
     agent_id, version = (ref, None) if isinstance(ref, str) else (ref.id, ref.version)
     latest = await store.get_resource("agent", agent_id)
@@ -107,7 +114,11 @@ async def _agent_snapshot(store: Store, ref: str | AgentRef | AgentWithOverrides
         snapshot["model"] = resolve_model(ref.model)
     if "system" in sent:
         snapshot["system"] = ref.system or None
-    servers = resolve_mcp_servers(ref.mcp_servers) if ref.mcp_servers is not None else snapshot["mcp_servers"]
+    servers = (
+        resolve_mcp_servers(ref.mcp_servers, outbound)
+        if ref.mcp_servers is not None
+        else snapshot["mcp_servers"]
+    )
     tools = ref.tools if ref.tools is not None else stored_tool_params(snapshot["tools"])
     snapshot["mcp_servers"] = servers
     snapshot["tools"] = resolve_tools(tools, servers)
@@ -117,7 +128,7 @@ async def _agent_snapshot(store: Store, ref: str | AgentRef | AgentWithOverrides
 
 
 async def _session_changes(
-    store: Store, current: Resource, body: SessionUpdate
+    store: Store, current: Resource, body: SessionUpdate, outbound: OutboundGuard
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The session's new body, and the changed fields for the ``session.updated`` event."""
     sent = body.model_fields_set
@@ -143,7 +154,7 @@ async def _session_changes(
         old = current.body["agent"]
         given = body.agent.model_fields_set
         servers = (
-            resolve_mcp_servers(body.agent.mcp_servers or [])
+            resolve_mcp_servers(body.agent.mcp_servers or [], outbound)
             if "mcp_servers" in given
             else old["mcp_servers"]
         )
@@ -188,9 +199,12 @@ def sessions_router(
     runner: SessionRunner,
     clock: Callable[[], datetime],
     tokens: RepositoryTokens | None = None,
+    outbound: OutboundGuard | None = None,
 ) -> APIRouter:
-    """``tokens``: seals repository tokens (None: repositories without a token only)."""
+    """``tokens``: seals repository tokens (None: repositories without a token only).
+    ``outbound``: the check of direct MCP server URLs (default: no private networks)."""
     router = APIRouter()
+    guard = outbound or OutboundGuard()
     calls = RunnerCalls(runner)
 
     async def view(res: Resource) -> dict[str, Any]:
@@ -199,7 +213,7 @@ def sessions_router(
         return session_json(res, status, await read_usage(store, res.id), clock(), resources)
 
     @router.post("/v1/sessions")
-    async def create(body: SessionCreate) -> dict[str, Any]:
+    async def create(body: SessionCreate, caller: CallerDep) -> dict[str, Any]:
         _refuse_unsupported(body)
         repositories = parse_resources(body.resources)
         if tokens is None and any(repo.token for repo in repositories):
@@ -208,8 +222,8 @@ def sessions_router(
                 "resources: authorization_token needs the vault (which seals tokens); it is not "
                 "configured on this control plane",
             )
-        await get_environment(store, body.environment_id, usable=True)
-        snapshot = await _agent_snapshot(store, body.agent)
+        await get_environment(store, body.environment_id, usable=True, caller=caller)
+        snapshot = await _agent_snapshot(store, body.agent, guard)
         vault_ids = list(dict.fromkeys(body.vault_ids))
         for vault_id in vault_ids:
             await store.get_resource("vault", vault_id)
@@ -241,12 +255,13 @@ def sessions_router(
         return await view(res)
 
     @router.get("/v1/sessions/{session_id}")
-    async def retrieve(session_id: str) -> dict[str, Any]:
-        return await view(await store.get_resource("session", session_id))
+    async def retrieve(session_id: str, caller: CallerDep) -> dict[str, Any]:
+        return await view(await caller.session(store, session_id))
 
     @router.get("/v1/sessions")
     async def list_(
         request: Request,
+        caller: CallerDep,
         limit: int = 20,
         page: str | None = None,
         order: Literal["asc", "desc"] = "desc",
@@ -268,6 +283,8 @@ def sessions_router(
                 filters["agent_version"] = agent_version
         if deployment_id is not None:
             filters["deployment_id"] = deployment_id
+        if caller.environment_ids is not None:  # only the sessions of the key's environments
+            filters["environment_id"] = tuple(caller.environment_ids)
         forward, cursor = True, None
         if page:
             obj = decode_cursor(page)
@@ -307,11 +324,12 @@ def sessions_router(
         }
 
     @router.post("/v1/sessions/{session_id}")
-    async def update(session_id: str, body: SessionUpdate) -> dict[str, Any]:
+    async def update(session_id: str, body: SessionUpdate, caller: CallerDep) -> dict[str, Any]:
         _refuse_unsupported(body)
+        await caller.session(store, session_id)
         for _ in range(_UPDATE_ATTEMPTS):
             current = await store.get_resource("session", session_id)
-            new, changed = await _session_changes(store, current, body)
+            new, changed = await _session_changes(store, current, body, guard)
             if new == current.body:
                 return await view(current)
             now = clock()
@@ -327,8 +345,8 @@ def sessions_router(
         raise ApiError(409, f"session {session_id!r} kept changing during the update; retry")
 
     @router.post("/v1/sessions/{session_id}/archive")
-    async def archive(session_id: str) -> dict[str, Any]:
-        await store.get_resource("session", session_id)
+    async def archive(session_id: str, caller: CallerDep) -> dict[str, Any]:
+        await caller.session(store, session_id)
         now = clock()
         await store.archive_resource("session", session_id, now)
         await RepositoryTokens.purge(store, await list_repositories(store, session_id))
@@ -340,8 +358,8 @@ def sessions_router(
         return await view(res)
 
     @router.delete("/v1/sessions/{session_id}")
-    async def delete(session_id: str) -> dict[str, Any]:
-        await store.get_resource("session", session_id)
+    async def delete(session_id: str, caller: CallerDep) -> dict[str, Any]:
+        await caller.session(store, session_id)
         await calls.session_ended(session_id)  # first, so the harness stops before the log goes
         for repository in await list_repositories(store, session_id):
             await store.delete_resource(RESOURCE_KIND, repository.id)

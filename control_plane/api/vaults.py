@@ -4,8 +4,10 @@ Responses carry public fields only. The ``auth`` of a credential is rebuilt from
 auth type (:func:`auth_json`), never copied from storage, so a secret cannot reach a response even
 if it were stored in the wrong place. ``mcp_oauth_validate`` does not probe the MCP server; for a
 credential with a refresh configuration it performs a refresh (``valid`` when it succeeds,
-``invalid`` when the token endpoint refuses, ``unknown`` when it cannot be reached); without one the
-status is ``unknown``. When the control plane runs without a vault, every route answers 503.
+``invalid`` when the token endpoint refuses, ``unknown`` when it cannot be reached or the outbound
+rules refuse its address); without one the status is ``unknown``. The token endpoint's answer is
+summarized (status code, content type), never echoed: ``http_response.body`` is always empty.
+When the control plane runs without a vault, every route answers 503.
 """
 
 from __future__ import annotations

@@ -43,8 +43,10 @@ from control_plane.enroll.ca import (
 from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import Conflict, ControlPlaneError, InvalidRequest, NotFound, TokenRejected
 from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord, Store
+from outpost_wire.admission import refusal_message
 from outpost_wire.errors import ErrorCode
 from outpost_wire.pop import AUTH_SCHEME, PopError, verify_token
+from outpost_wire.throttle import LogThrottle
 
 __all__ = [
     "MAX_TOKEN_TTL_S",
@@ -62,6 +64,8 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+# Anyone who can reach the API or the tunnel port can cause these: a few lines a minute per kind.
+_refusals = LogThrottle(logger)
 
 TOKEN_PREFIX = "oet_"  # noqa: S105  (a prefix, not a secret)
 MAX_TOKEN_TTL_S = 7 * 24 * 3600.0
@@ -91,7 +95,7 @@ class EdgeAuthError(ControlPlaneError):
     code = ErrorCode.UNAUTHENTICATED
 
     def __init__(self, reason: EdgeAuthReason, edge_id: str | None = None) -> None:
-        super().__init__(f"edge authentication failed: {reason}")
+        super().__init__(refusal_message(reason))  # the edge reads the reason back from these words
         self.reason: EdgeAuthReason = reason
         self.edge_id = edge_id
 
@@ -204,12 +208,23 @@ class EnrollmentService:
             ca_fingerprint=self._ca.fingerprint_sha256,
         )
 
+    async def list_tokens(self, environment_id: str | None = None) -> list[EnrollmentTokenRecord]:
+        """Every enrollment token (of one environment), oldest first; records hold hashes only."""
+        return await self._store.list_enrollment_tokens(environment_id)
+
+    async def revoke_token(self, token_id: str) -> EnrollmentTokenRecord:
+        """Withdraw an unused token: from now on it enrolls nothing (``TokenRejected`` with reason
+        ``revoked``). ``NotFound`` if unknown, ``Conflict`` if it was used (revoke the edge)."""
+        record = await self._store.revoke_enrollment_token(token_id, self._clock())
+        logger.info("revoked enrollment token %s of environment %s", token_id, record.environment_id)
+        return record
+
     # -- enrollment -----------------------------------------------------------------------------
     async def enroll(self, token: str, csr_pem: bytes, name: str) -> EnrolledEdge:
         """Exchange ``token`` for a client certificate over the key in ``csr_pem``.
 
         The CSR and name are checked before the token is consumed, so a malformed request does not
-        burn it. Raises ``TokenRejected`` (reason ``unknown``/``expired``/``used``) and
+        burn it. Raises ``TokenRejected`` (reason ``unknown``/``revoked``/``used``/``expired``) and
         ``InvalidRequest`` (bad CSR or name, archived environment).
         """
         _check_name(name)
@@ -220,7 +235,12 @@ class EnrollmentService:
         try:
             token_record = await self._store.consume_enrollment_token(token_hash, edge_id, now)
         except TokenRejected as exc:
-            logger.warning("enrollment token rejected (%s): sha256 prefix %s", exc.reason, token_hash[:12])
+            _refusals.warning(
+                f"token:{exc.reason}",
+                "enrollment token rejected (%s): sha256 prefix %s",
+                exc.reason,
+                token_hash[:12],
+            )
             raise
         environment_id = token_record.environment_id
         try:
@@ -387,14 +407,19 @@ class EnrollmentService:
 
     @staticmethod
     def _refuse_renewal(exc: PopError, edge_id: str | None = None) -> PopError:
-        logger.warning("certificate renewal refused: %s (edge %s)", exc.reason, edge_id or "unknown")
+        _refusals.warning(
+            f"renewal:{exc.reason}",
+            "certificate renewal refused: %s (edge %s)",
+            exc.reason,
+            edge_id or "unknown",
+        )
         return exc
 
     @staticmethod
     def _reject(
         reason: EdgeAuthReason, edge_id: str | None = None, *, what: str = "tunnel peer"
     ) -> EdgeAuthError:
-        logger.warning("%s refused: %s (edge %s)", what, reason, edge_id or "unknown")
+        _refusals.warning(f"{what}:{reason}", "%s refused: %s (edge %s)", what, reason, edge_id or "unknown")
         return EdgeAuthError(reason, edge_id)
 
     # -- edges ----------------------------------------------------------------------------------

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from control_plane.errors import InvalidRequest
+from control_plane.outbound import OutboundGuard
 
 __all__ = [
     "AGENT_TOOLSET_TYPE",
@@ -221,7 +222,12 @@ def resolve_execution_identity(identity: ServiceAccountIdentity | AwsRoleIdentit
     return {"type": "service_account"}
 
 
-def resolve_mcp_servers(servers: Sequence[McpServerParams]) -> list[dict[str, Any]]:
+def resolve_mcp_servers(
+    servers: Sequence[McpServerParams], outbound: OutboundGuard | None = None
+) -> list[dict[str, Any]]:
+    """The stored ``mcp_servers``. A server the control plane would dial itself (``http(s)://``)
+    must pass ``outbound``'s static check (default: no private networks; 400 naming the rule)."""
+    guard = outbound or OutboundGuard()
     if len(servers) > MAX_MCP_SERVERS:
         raise InvalidRequest(f"mcp_servers: at most {MAX_MCP_SERVERS} servers", param="mcp_servers")
     names: set[str] = set()
@@ -231,6 +237,8 @@ def resolve_mcp_servers(servers: Sequence[McpServerParams]) -> list[dict[str, An
                 f"mcp_servers[{index}]: server name {server.name!r} is used twice", param="mcp_servers"
             )
         names.add(server.name)
+        if server.url.partition("://")[0].lower() in ("http", "https"):
+            guard.check_url(server.url, param=f"mcp_servers[{index}].url")
     return [{"type": "url", "name": s.name, "url": s.url} for s in servers]
 
 

@@ -2,6 +2,10 @@
 
 The gRPC (and later WebSocket) handler feeds frames in with :meth:`EdgeConnection.receive` and
 runs :meth:`EdgeConnection.writer` to push frames out; everything else is the sans-I/O session.
+
+The session reassembles result chunks only for the request ids the listener says are pending on
+this edge (``expects_result``); chunks of any other id are dropped unbuffered and logged at DEBUG,
+a few lines a minute.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from control_plane.store.base import EdgeRecord
+from outpost_wire.admission import PROBE_CAPABILITY
 from outpost_wire.errors import ErrorCode
 from outpost_wire.events import CatalogReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Hello, Outcome, Request, Welcome
@@ -29,16 +34,23 @@ from outpost_wire.session import (
     SessionConfig,
     TunnelSession,
 )
+from outpost_wire.throttle import LogThrottle
+from outpost_wire.timer import SessionTimer
 
 __all__ = ["ConnectionListener", "EdgeConnection"]
 
 log = logging.getLogger(__name__)
+_dropped = LogThrottle(log)  # an edge can cause these: a few lines a minute
 
 
 class ConnectionListener(Protocol):
     """What the registry does with a connection's life events."""
 
     def on_ready(self, conn: EdgeConnection) -> None: ...
+
+    def expects_result(self, conn: EdgeConnection, request_id: str) -> bool:
+        """Whether a request with this id was sent to ``conn``'s edge and is still unanswered."""
+        ...
 
     def on_result(self, conn: EdgeConnection, request_id: str, outcome: Outcome) -> None: ...
 
@@ -66,7 +78,9 @@ class EdgeConnection:
         self.close_code: ErrorCode | None = None
         self.close_reason = ""
         self._listener = listener
-        self._session = TunnelSession(Role.CONTROL, session_config)
+        self._session = TunnelSession(
+            Role.CONTROL, session_config, expects_result=lambda rid: listener.expects_result(self, rid)
+        )
         self._session_config = session_config
         self._control_plane_id = control_plane_id
         self._software_version = software_version
@@ -74,6 +88,8 @@ class EdgeConnection:
         self._wake = asyncio.Event()
         self.closed = asyncio.Event()
         self._session.connection_made(clock())
+        #: Heartbeats and the edge's liveness; the pump starts and closes it.
+        self.timer = SessionTimer(self._session, self._process, name=f"tunnel-timer-{edge.id}", clock=clock)
 
     @property
     def edge_id(self) -> str:
@@ -88,6 +104,24 @@ class EdgeConnection:
         return self._session.state is ConnState.OPEN and not self.closed.is_set()
 
     @property
+    def sandboxes_in_use(self) -> int:
+        """The edge's live sandboxes: from its latest heartbeat, else from its hello."""
+        beat = self._session.last_peer_heartbeat
+        if beat is not None:
+            return beat.sandboxes_in_use
+        return self.hello.sandboxes_in_use if self.hello is not None else 0
+
+    @property
+    def dropped_result_chunks(self) -> int:
+        """Result chunks the edge sent for ids not pending on it, dropped unbuffered."""
+        return self._session.dropped_result_chunks
+
+    @property
+    def reassembly_bytes(self) -> int:
+        """Bytes of partial results held for this connection now."""
+        return self._session.reassembly_bytes
+
+    @property
     def free_capacity(self) -> int:
         if self.hello is None:
             return 0
@@ -95,15 +129,17 @@ class EdgeConnection:
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
+        dropped = self._session.dropped_result_chunks
         self._session.receive_data(data, self._clock())
+        if self._session.dropped_result_chunks != dropped:
+            _dropped.log(
+                logging.DEBUG,
+                "unexpected-result",
+                "edge %s sent a result chunk for a request it was not asked or that is settled; dropped",
+                self.edge_id,
+            )
         self._process()
-
-    def tick(self) -> float:
-        """Run timers; returns seconds until the next one is due."""
-        now = self._clock()
-        self._session.tick(now)
-        self._process()
-        return max(0.0, self._session.next_timer(self._clock()) - self._clock())
+        self.timer.poke()  # the handshake's end, say, brings the next deadline forward
 
     def _process(self) -> None:
         for event in self._session.events_received():
@@ -147,6 +183,11 @@ class EdgeConnection:
                 heartbeat_interval_s=self._session_config.heartbeat_interval_s,
             )
         )
+        if PROBE_CAPABILITY in hello.capabilities:
+            # `outpost-edge doctor`: authenticated and welcomed, never registered, so the edge's
+            # real tunnel (if it is up) stays as it is and no call is routed here.
+            log.info("edge %s: answered a probe hello from %s (doctor)", self.edge_id, self.peer or "?")
+            return
         log.info(
             "edge %s (%s) connected from %s: version %s, capacity %d, policy %s",
             self.edge_id,
@@ -201,6 +242,7 @@ class EdgeConnection:
             self._wake.clear()
             for data in self._session.data_to_send():
                 await write(data)
+            self.timer.poke()  # after frames went out the next heartbeat is due later, never earlier
             if self.closed.is_set():
                 return
 

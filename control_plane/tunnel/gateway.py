@@ -14,6 +14,10 @@ control-plane process the session goes back to the same edge. An edge that drops
 the next call provisions on another edge of the environment and the gateway records a
 :class:`SandboxMove`, which the harness reports in the session log (``take_move``).
 
+No edge: a call for an environment with no connected edge waits up to ``edge_wait_s`` for one to
+connect (the call goes on as soon as one does), then fails. ``edges_connected`` tells the harness,
+before a call, that it is about to wait, so the session hears of it at once.
+
 Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
 take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
 capacity, deadline, a repository that could not be cloned: ``REPOSITORY_*`` codes ...). A tool that
@@ -56,7 +60,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class GatewayConfig:
     reconnect_grace_s: float = 30.0  # how long a call waits for its edge to come back
-    edge_wait_s: float = 10.0  # how long a call waits for any edge of the environment to connect
+    edge_wait_s: float = 30.0  # how long a call waits for an edge of the environment when none is up
     default_tool_timeout_s: float = 120.0  # bash's default; the request deadline adds slack_s
     slack_s: float = 30.0
     control_timeout_s: float = 60.0  # provision / destroy
@@ -114,6 +118,16 @@ class EdgeGateway:
 
     def edge_for_session(self, session_id: str) -> str | None:
         return self._sticky.get(session_id)
+
+    def edges_connected(self, environment_id: str) -> int:
+        """How many edges of the environment have a tunnel up to this process (the ones its calls
+        can reach). None: a call waits up to :attr:`edge_wait_s` for one."""
+        return len(self._registry.for_environment(environment_id))
+
+    @property
+    def edge_wait_s(self) -> float:
+        """How long a call waits for an edge of its environment to connect when none is."""
+        return self._config.edge_wait_s
 
     def take_move(self, session_id: str) -> SandboxMove | None:
         """The session's sandbox move not yet reported (each move is returned once)."""
@@ -251,6 +265,8 @@ class EdgeGateway:
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if mcp_server is not None:
             return await self._pick_mcp_edge(session_id, environment_id, mcp_server)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         edge_id = self._sticky.get(session_id)
         if edge_id is None:
             edge_id = await self._durable_edge(session_id)
@@ -270,10 +286,16 @@ class EdgeGateway:
             self._sticky.pop(session_id, None)
         candidates = [c for c in self._registry.for_environment(environment_id) if not c.draining]
         if not candidates:
-            waited = await self._registry.wait_for_environment(environment_id, self._config.edge_wait_s)
+            # The wait for the session's own edge (above) counts against edge_wait_s.
+            budget = max(0.0, self._config.edge_wait_s - (loop.time() - started))
+            waited = await self._registry.wait_for_environment(environment_id, budget)
             candidates = [c for c in waited if not c.draining]
         if not candidates:
-            raise EdgeUnavailable(f"no edge of environment {environment_id!r} is connected")
+            raise EdgeUnavailable(
+                f"no edge of environment {environment_id} is connected (waited "
+                f"{loop.time() - started:.1f} s for one to connect, edge_wait_s)",
+                environment_id,
+            )
         conn = max(candidates, key=lambda c: c.free_capacity)
         self._sticky[session_id] = conn.edge_id
         if conn.edge_id != edge_id:
@@ -356,7 +378,8 @@ class EdgeGateway:
             ]
         if not candidates:
             raise EdgeUnavailable(
-                f"no connected edge of environment {environment_id!r} fronts MCP server {server!r}"
+                f"no connected edge of environment {environment_id} fronts MCP server {server!r}",
+                environment_id,
             )
         return min(candidates, key=lambda c: c.edge_id)
 

@@ -18,7 +18,8 @@ import grpc.aio
 from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from control_plane.errors import ControlPlaneError
+from control_plane.errors import ControlPlaneError, ListenFailed
+from control_plane.listen import check_bindable
 from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.pump import pump
@@ -26,10 +27,12 @@ from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
 from outpost_wire.errors import ErrorCode
 from outpost_wire.session import SessionConfig
+from outpost_wire.throttle import LogThrottle
 
 __all__ = ["Authenticator", "GrpcTunnelServer"]
 
 log = logging.getLogger(__name__)
+_refusals = LogThrottle(log)  # strangers can cause these: a few lines a minute per kind
 
 #: Check a client certificate (DER) and return the edge it belongs to; raise ControlPlaneError to refuse.
 Authenticator = Callable[[bytes], Awaitable[EdgeRecord]]
@@ -69,6 +72,7 @@ class GrpcTunnelServer:
                 ("grpc.http2.max_ping_strikes", 3),
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", limit),
+                ("grpc.so_reuseport", 0),  # a second process on the port is an error, not a sharer
             ]
         )
         handler = grpc.stream_stream_rpc_method_handler(
@@ -107,10 +111,20 @@ class GrpcTunnelServer:
     def address(self) -> str:
         return f"{self._host}:{self.port}"
 
+    @property
+    def listening(self) -> bool:
+        """True from :meth:`start` until :meth:`stop`."""
+        return self._started
+
     async def start(self) -> int:
-        self.port = self._server.add_secure_port(self._address, self._credentials)
+        """Listen; :class:`ListenFailed` if the address is taken or not this host's."""
+        check_bindable("tunnel", self._host, int(self._address.rpartition(":")[2]))
+        try:
+            self.port = self._server.add_secure_port(self._address, self._credentials)
+        except RuntimeError:  # grpc: "Failed to bind to address ..."
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"could not bind the tunnel server to {self._address}")
+            raise ListenFailed("tunnel", self._address, "address in use or not available")
         await self._server.start()
         self._started = True
         log.info("tunnel server listening on %s (gRPC, mTLS)", self.address)
@@ -138,13 +152,15 @@ class GrpcTunnelServer:
         peer = context.peer()
         der = _client_cert_der(context)
         if der is None:
-            log.warning("tunnel: connection from %s without a client certificate refused", peer)
+            _refusals.warning(
+                "no-cert", "tunnel: connection from %s without a client certificate refused", peer
+            )
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "client certificate required")
             return
         try:
             edge = await self._authenticate(der)
         except ControlPlaneError as exc:
-            log.warning("tunnel: connection from %s refused: %s", peer, exc)
+            _refusals.warning("refused", "tunnel: connection from %s refused: %s", peer, exc)
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
             return
         conn = EdgeConnection(

@@ -1,7 +1,9 @@
 """Which edges are connected, to which environment, and the requests waiting on them.
 
 Pending requests are tracked here, per edge, not per connection: a result redelivered by an edge
-after it reconnected resolves the request it answers, whichever connection carried it.
+after it reconnected resolves the request it answers, whichever connection carried it. A result is
+taken only from the edge that was asked: one for a request sent to edge A that arrives from edge B
+is dropped (and logged), and its chunks are never buffered (``expects_result``).
 
 Draining (:meth:`EdgeRegistry.announce_drain`, shared by the gRPC and WebSocket tunnels): every
 connected edge is sent a Drain, and an edge that completes its handshake afterwards is turned away
@@ -16,14 +18,17 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from control_plane.tunnel.connection import EdgeConnection
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Outcome
+from outpost_wire.throttle import LogThrottle
 
 __all__ = ["EdgeRegistry", "EdgeStatus"]
 
 log = logging.getLogger(__name__)
+_wrong_edge = LogThrottle(log)  # an edge can cause these: a few lines a minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +40,8 @@ class EdgeStatus:
     software_version: str
     policy_digest: str
     sandbox_capacity: int
-    sandboxes_in_use: int
-    connected_at: float
+    sandboxes_in_use: int  # from the edge's latest heartbeat
+    connected_at: datetime  # UTC
     draining: bool
 
 
@@ -52,7 +57,7 @@ class EdgeRegistry:
 
     def __init__(self) -> None:
         self._live: dict[str, EdgeConnection] = {}
-        self._connected_at: dict[str, float] = {}
+        self._connected_at: dict[str, datetime] = {}
         self._pending: dict[str, _Pending] = {}
         self._changed = asyncio.Condition()
         self.generation = 0  # counts edges connecting and disconnecting (see ``wait_changed``)
@@ -83,7 +88,7 @@ class EdgeRegistry:
             log.info("edge %s reconnected; closing its previous connection", conn.edge_id)
             old.close(ErrorCode.UNAVAILABLE, "superseded by a newer connection")
         self._live[conn.edge_id] = conn
-        self._connected_at[conn.edge_id] = time.time()
+        self._connected_at[conn.edge_id] = datetime.now(UTC)
         self._notify()
 
     def _turn_away(self, conn: EdgeConnection, reason: str, grace_ms: int) -> None:
@@ -94,10 +99,33 @@ class EdgeRegistry:
         conn.send_drain(reason, grace_ms)
         conn.close(ErrorCode.DRAINING, f"{reason}: connect to another control-plane address")
 
+    def expects_result(self, conn: EdgeConnection, request_id: str) -> bool:
+        pending = self._pending.get(request_id)
+        if pending is None or pending.future.done():
+            return False
+        if pending.edge_id != conn.edge_id:
+            _wrong_edge.warning(
+                "wrong-edge",
+                "edge %s sent a result for %s, a request sent to edge %s; dropped",
+                conn.edge_id,
+                request_id,
+                pending.edge_id,
+            )
+            return False
+        return True
+
     def on_result(self, conn: EdgeConnection, request_id: str, outcome: Outcome) -> None:
         pending = self._pending.get(request_id)
         if pending is None or pending.future.done():
             log.debug("result for %s arrived after it was settled; ignored", request_id)
+            return
+        if pending.edge_id != conn.edge_id:  # expects_result dropped its chunks already; defence in depth
+            log.warning(
+                "edge %s answered %s, a request sent to edge %s; dropped",
+                conn.edge_id,
+                request_id,
+                pending.edge_id,
+            )
             return
         pending.future.set_result(outcome)
 
@@ -137,8 +165,8 @@ class EdgeRegistry:
                     software_version=hello.software_version if hello else "",
                     policy_digest=hello.policy_digest if hello else "",
                     sandbox_capacity=hello.sandbox_capacity if hello else 0,
-                    sandboxes_in_use=hello.sandboxes_in_use if hello else 0,
-                    connected_at=self._connected_at.get(conn.edge_id, 0.0),
+                    sandboxes_in_use=conn.sandboxes_in_use,
+                    connected_at=self._connected_at.get(conn.edge_id) or datetime.now(UTC),
                     draining=conn.draining,
                 )
             )

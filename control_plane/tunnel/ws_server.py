@@ -42,10 +42,12 @@ from control_plane.tunnel.tls_peer import peer_certificate
 from outpost_wire.errors import ErrorCode
 from outpost_wire.pop import AUTH_SCHEME, PopError, verify_token
 from outpost_wire.session import SessionConfig
+from outpost_wire.throttle import LogThrottle
 
 __all__ = ["CLOSE_UNAUTHENTICATED", "WS_TUNNEL_PATH", "WsTunnelEndpoint"]
 
 log = logging.getLogger(__name__)
+_refusals = LogThrottle(log)  # strangers can cause these: a few lines a minute per kind
 
 WS_TUNNEL_PATH = "/v1/tunnel/ws"
 CLOSE_UNAUTHENTICATED = 4001  # private-use close code: the edge's identity was refused
@@ -92,7 +94,7 @@ class WsTunnelEndpoint:
         try:
             edge = await self._authorize(websocket.headers.get("authorization"), peer_certificate(websocket))
         except (PopError, ControlPlaneError) as exc:
-            log.warning("tunnel: WebSocket connection from %s refused: %s", peer, exc)
+            _refusals.warning("ws", "tunnel: WebSocket connection from %s refused: %s", peer, exc)
             await _deny(websocket, f"outpost: unauthenticated: {exc}")
             return
         await websocket.accept()

@@ -68,9 +68,19 @@ class _Strict(BaseModel):
 class SecretSource(_Strict):
     """Where one header or environment value comes from: exactly one of the three keys."""
 
-    value: SecretStr | None = None  # inline; shown as '**********' in reprs and dumps
-    from_env: str | None = Field(None, pattern=_ENV_NAME.pattern)
-    from_file: Path | None = None
+    value: SecretStr | None = Field(
+        None,
+        description="The value itself, inline (for values that are not secret); masked in logs.",
+    )
+    from_env: str | None = Field(
+        None,
+        pattern=_ENV_NAME.pattern,
+        description="The name of an environment variable of the edge process.",
+    )
+    from_file: Path | None = Field(
+        None,
+        description="A file of the edge's, readable by its owner only (refused otherwise).",
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> SecretSource:
@@ -88,10 +98,17 @@ class StdioTransportConfig(_Strict):
     secrets in ``env``, never in ``args`` (a command line is visible to every local user).
     """
 
-    command: str = Field(min_length=1)
-    args: tuple[str, ...] = ()
-    env: dict[str, SecretSource] = Field(default_factory=dict)
-    cwd: Path | None = None
+    command: str = Field(min_length=1, description="The program to start.")
+    args: tuple[str, ...] = Field(
+        (),
+        description="Its arguments (no secrets: a command line is visible to every local user).",
+    )
+    env: dict[str, SecretSource] = Field(
+        default_factory=dict,
+        description="Its environment, besides HOME, LOGNAME, PATH, SHELL, TERM and USER (nothing else of the "
+        "edge's).",
+    )
+    cwd: Path | None = Field(None, description="Its working directory; `null`: the edge's.")
 
     @field_validator("env")
     @classmethod
@@ -115,12 +132,28 @@ class HttpTransportConfig(_Strict):
     Proxy environment variables of the edge are ignored for these connections.
     """
 
-    url: str
-    headers: dict[str, SecretSource] = Field(default_factory=dict)
-    bearer_token: SecretSource | None = None  # sent as ``Authorization: Bearer <token>``
-    ca_file: Path | None = None  # PEM bundle for an https server with a private CA
-    timeout_s: float = Field(30.0, gt=0)
-    allow_public_address: bool = False
+    url: str = Field(
+        description="`http://` or `https://` URL of the server; its address must be private unless "
+        "`allow_public_address`.",
+    )
+    headers: dict[str, SecretSource] = Field(
+        default_factory=dict,
+        description="Headers sent with every request.",
+    )
+    bearer_token: SecretSource | None = Field(
+        None,
+        description="Sent as `Authorization: Bearer <token>` (not with an `Authorization` header).",
+    )
+    ca_file: Path | None = Field(None, description="A PEM bundle for an `https` server with a private CA.")
+    timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="Connecting and sending one HTTP request (how long a tool may run is `call_timeout_s`).",
+    )
+    allow_public_address: bool = Field(
+        False,
+        description="Allow an address that is not private (loopback, RFC 1918, link-local, ULA).",
+    )
 
     @field_validator("url")
     @classmethod
@@ -169,14 +202,36 @@ class McpServerConfig(_Strict):
     ``restart_backoff_max_s``.
     """
 
-    name: str = Field(pattern=_SERVER_NAME)
-    stdio: StdioTransportConfig | None = None
-    http: HttpTransportConfig | None = None
-    call_timeout_s: float = Field(60.0, gt=0)
-    startup_timeout_s: float = Field(20.0, gt=0)
-    refresh_interval_s: float = Field(60.0, gt=0)  # re-list tools while up (also a liveness check)
-    restart_backoff_initial_s: float = Field(0.5, gt=0)
-    restart_backoff_max_s: float = Field(30.0, gt=0)
+    name: str = Field(
+        pattern=_SERVER_NAME,
+        description="The agent names the server `edge://<name>` (lower-case letters, digits, `_`, `-`).",
+    )
+    stdio: StdioTransportConfig | None = Field(
+        None,
+        description="A server the edge starts as a child process and talks to over stdin/stdout; or `http`.",
+    )
+    http: HttpTransportConfig | None = Field(
+        None,
+        description="A server reached over Streamable HTTP on the private network; or `stdio`.",
+    )
+    call_timeout_s: float = Field(60.0, gt=0, description="How long one tool call may run.")
+    startup_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="How long the server may take to start and list its tools.",
+    )
+    refresh_interval_s: float = Field(
+        60.0,
+        gt=0,
+        description="Re-list the tools this often while up (a changed list changes the catalog; a failure "
+        "restarts the connection).",
+    )
+    restart_backoff_initial_s: float = Field(
+        0.5,
+        gt=0,
+        description="After a failure, reconnect after a full-jitter backoff that starts here...",
+    )
+    restart_backoff_max_s: float = Field(30.0, gt=0, description="...and is capped here.")
 
     @model_validator(mode="after")
     def _one_transport(self) -> McpServerConfig:
@@ -207,7 +262,10 @@ McpServers = Annotated[tuple[McpServerConfig, ...], AfterValidator(_unique_names
 class McpServerPolicy(_Strict):
     """What the agent may use on one server: ``tools`` is a list of tool names, or ``"*"``."""
 
-    tools: tuple[str, ...] | Literal["*"] = "*"
+    tools: tuple[str, ...] | Literal["*"] = Field(
+        "*",
+        description='The tools sessions may call: a list of names, or `"*"` for all of them.',
+    )
 
     def allows(self, tool: str) -> bool:
         return self.tools == "*" or tool in self.tools
@@ -216,7 +274,10 @@ class McpServerPolicy(_Strict):
 class McpPolicy(_Strict):
     """The customer's policy over MCP servers. Default: no server is allowed."""
 
-    servers: dict[str, McpServerPolicy] = Field(default_factory=dict)
+    servers: dict[str, McpServerPolicy] = Field(
+        default_factory=dict,
+        description="The MCP servers sessions may use, by name (none by default), and their tools.",
+    )
 
     def check_server(self, server: str) -> McpServerPolicy:
         """The server's rule, or :class:`McpServerNotAllowed` naming ``mcp.servers``."""

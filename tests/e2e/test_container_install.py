@@ -1,15 +1,18 @@
 """The edge agent as a container (packaging/edge/Dockerfile via packaging/edge/build.sh): registered
-into a state volume, run with the host's Docker socket, serves a tool call in a sibling sandbox, and
-exits 0 after draining on SIGTERM."""
+into a state volume, run with the host's Docker socket, answers on its published health endpoint
+(`observability.listen: 0.0.0.0:9464`, `-p 127.0.0.1::9464`) from the host, serves a tool call in a
+sibling sandbox, and exits 0 after draining on SIGTERM."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -29,7 +32,9 @@ async def test_edge_container_registers_serves_and_drains(docker_client: object,
     name = f"outpost-e2e-edge-{uuid.uuid4().hex[:8]}"
     volume = f"{name}-state"
     conf = tmp_path / "config.yaml"
-    conf.write_text(yaml.safe_dump(EDGE_CONFIG))
+    # The endpoint on all the container's interfaces, published to the host's loopback only.
+    observability = {"listen": "0.0.0.0:9464", "allow_remote": True}
+    conf.write_text(yaml.safe_dump({**EDGE_CONFIG, "observability": observability}))
     conf.chmod(0o644)
     common = (
         f"--group-add={os.stat('/var/run/docker.sock').st_gid}",
@@ -47,7 +52,9 @@ async def test_edge_container_registers_serves_and_drains(docker_client: object,
                 env_extra={"OUTPOST_ENROLL_TOKEN": token["token"]},
             )  # fmt: skip
             assert "registered edge" in out, out
-            await run("docker", "run", "--detach", f"--name={name}", *common, IMAGE)
+            await run(
+                "docker", "run", "--detach", f"--name={name}", "--publish=127.0.0.1::9464", *common, IMAGE
+            )  # fmt: skip
             for _ in range(300):
                 if await connected_edge_ids(api):
                     break
@@ -56,6 +63,19 @@ async def test_edge_container_registers_serves_and_drains(docker_client: object,
                 raise AssertionError(await run("docker", "logs", name, check=False))
             user = await run("docker", "exec", name, "id", "-u")
             assert user.strip() == "10001"
+            # The health endpoint, reached from the host through the published port.
+            published = (await run("docker", "port", name, "9464/tcp")).split()[0]
+            async with httpx.AsyncClient(base_url=f"http://{published}", timeout=10, trust_env=False) as http:
+                for _ in range(300):
+                    with contextlib.suppress(httpx.TransportError):
+                        if (await http.get("/readyz")).status_code == 200:
+                            break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError(await run("docker", "logs", name, check=False))
+                status = (await http.get("/status")).json()
+                assert status["state"] == "connected" and status["transport"] == "grpc", status
+                assert "outpost_edge_tunnel_up 1.0" in (await http.get("/metrics")).text
 
             result = await api.exec(environment, "s-container", "bash", {"command": "echo hi"})
             assert not result["is_error"] and text_of(result).strip() == "hi", result

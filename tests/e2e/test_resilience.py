@@ -108,7 +108,8 @@ async def test_revoking_an_edge_cuts_its_tunnel(api: Api, environment: str, enro
     async def refused() -> bool:
         return agent.link is not None and "UNAUTHENTICATED" in (agent.link.last_error or "")
 
-    await eventually(refused, what="reconnect refused as UNAUTHENTICATED")
+    await eventually(refused, what="tunnel refused as UNAUTHENTICATED")
+    assert agent.link is not None and agent.link.refusal == "revoked"  # final: no reconnect
     assert await _connected(api, other.edge_id)
 
 

@@ -129,5 +129,6 @@ async def test_connected_edges_are_listed(api: Api, environment: str, enroll, ru
 
 async def test_unknown_environment_and_no_edge(api: Api, environment: str) -> None:
     await api.exec("env_missing", "s", "bash", {"command": "true"}, expect=404)
-    # An environment with no connected edge answers 503 after the gateway's wait.
-    await api.exec(environment, "s-none", "bash", {"command": "true"}, expect=503)
+    # An environment with no connected edge answers 503 at once, saying so.
+    refused = await api.exec(environment, "s-none", "bash", {"command": "true"}, expect=503)
+    assert refused["error"]["details"] == {"error_code": "edge_unavailable", "environment_id": environment}

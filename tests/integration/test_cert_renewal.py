@@ -318,16 +318,17 @@ async def test_the_operator_command_renews_now(
     from edge_agent import cli
     from edge_agent.cli import main
 
-    monkeypatch.setattr(cli, "_configure_logging", lambda config, args: None)  # keep pytest's handlers
+    monkeypatch.setattr(cli, "_configure_logging", lambda config, args, **_: None)  # keep pytest's handlers
     state_dir = tmp_path / "edge"
     assert await asyncio.to_thread(main, ["renew-certificate", "--state-dir", str(state_dir)]) == 0
     renewed = Identity.load(state_dir)
     assert renewed.fingerprint != identity.fingerprint
     out = capsys.readouterr().out
     assert f"renewed the client certificate of edge {identity.edge_id}" in out
-    # An identity the control plane no longer accepts: a plain error, exit status 2, files kept.
+    # An identity the control plane no longer accepts: one line, exit status 3 (refused), files kept.
     assert cp.enrollment is not None
     await cp.enrollment.revoke(identity.edge_id)
-    assert await asyncio.to_thread(main, ["renew-certificate", "--state-dir", str(state_dir)]) == 2
-    assert "revoked" in capsys.readouterr().err
+    assert await asyncio.to_thread(main, ["renew-certificate", "--state-dir", str(state_dir)]) == 3
+    err = capsys.readouterr().err
+    assert "revoked" in err and len(err.strip().splitlines()) == 1, err
     assert Identity.load(state_dir) == renewed

@@ -18,6 +18,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from fastapi import FastAPI
 
+from control_plane.api.auth import PUBLIC_PATHS, ApiKeyGate, create_api_key
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
@@ -76,6 +77,8 @@ async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
         app = FastAPI()
         app.include_router(enroll_router(service, tunnel_address=TUNNEL))
         app.include_router(operator_router(service))
+        app.add_middleware(ApiKeyGate, store=store, public=PUBLIC_PATHS, clock=clock)  # the operator routes
+        key, _ = await create_api_key(store, "admin", clock())
 
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
@@ -87,7 +90,8 @@ async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
             if task.done():
                 task.result()  # surface a startup failure
             url = f"http://127.0.0.1:{port}"
-            async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+            headers = {"authorization": f"Bearer {key}"}
+            async with httpx.AsyncClient(base_url=url, timeout=10, headers=headers) as http:
                 yield ControlPlane(url, clock, ca, service, http)
         finally:
             server.should_exit = True

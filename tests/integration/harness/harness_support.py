@@ -109,6 +109,11 @@ class FakeGateway:
     def forget_session(self, session_id: str) -> None:
         self.forgotten.append(session_id)
 
+    def edges_connected(self, environment_id: str) -> int:
+        return 1  # the fake's hands are always there
+
+    edge_wait_s = 30.0
+
 
 async def create_session(store: Store, agent: Mapping[str, Any] = AGENT) -> str:
     session_id = "sesn_" + uuid.uuid4().hex[:12]

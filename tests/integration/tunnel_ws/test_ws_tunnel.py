@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from control_plane.server import ControlPlane
-from edge_agent.connection import TransportError, TransportKind
+from edge_agent.connection import LinkState, TransportError, TransportKind
 from edge_agent.connection.selection import CHOICE_FILE
 from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import register
@@ -90,7 +90,7 @@ async def test_websocket_transport_connects_serves_and_is_cut_on_revoke(
         assert cp.registry.get(identity.edge_id) is conn and conn.is_open
         assert link.connections == 1
 
-        # Revocation cuts the WebSocket tunnel, and the edge is refused from then on.
+        # Revocation cuts the WebSocket tunnel, and the link stops for good (no reconnect).
         r = await api.post(f"/v1/edges/{identity.edge_id}/revoke")
         assert r.status_code == 200, r.text
 
@@ -99,10 +99,15 @@ async def test_websocket_transport_connects_serves_and_is_cut_on_revoke(
 
         await eventually(gone, what="the revoked edge to be disconnected", interval_s=0.05)
         await eventually(
-            lambda: _ready(link.last_error is not None and "401" in link.last_error),
-            what="the reconnect to be refused",
-            interval_s=0.05,
+            lambda: _ready(link.state is LinkState.REFUSED), what="the link to stop", interval_s=0.05
         )
+        assert link.refusal == "revoked" and link.connections == 1
+        assert list(dialer.attempts) == [(TransportKind.WEBSOCKET, True)]  # never dialled again
+
+    # A new attempt is refused before the upgrade (HTTP 401), for good too.
+    with pytest.raises(TransportError) as refused:
+        await make_dialer(identity, tmp_path / "edge", "websocket").connect()
+    assert "401" in str(refused.value) and refused.value.refusal == "revoked"
 
 
 async def _true_after(started: float, seconds: float) -> bool:

@@ -91,3 +91,10 @@ def test_full_jitter_backoff_grows_to_the_cap_and_resets() -> None:
     assert max(Backoff(1.0, 60.0, random.Random(s)).next_delay() for s in range(50)) <= 1.0
     backoff.reset()
     assert backoff.attempt == 0 and backoff.next_delay() <= 1.0
+
+
+def test_workspace_quota_policy() -> None:
+    assert Policy().limits.max_workspace_mb == 10240  # documented default: 10 GiB
+    assert Policy.model_validate({"limits": {"max_workspace_mb": 0}}).limits.max_workspace_mb == 0  # none
+    with pytest.raises(ValueError, match="max_workspace_mb"):
+        Policy.model_validate({"limits": {"max_workspace_mb": -1}})

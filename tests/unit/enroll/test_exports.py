@@ -51,7 +51,18 @@ def test_edge_exports() -> None:
         "generate_key_and_csr",
         "write_pending_key",
     }
-    assert set(edge_agent.enroll.__all__) == {"EnrollmentError", "normalize_fingerprint", "register"}
+    assert set(edge_agent.enroll.__all__) == {
+        "EnrollmentError",
+        "EnrollmentRefused",
+        "EnrollmentUnreachable",
+        "check_config_target",
+        "config_is_empty",
+        "normalize_fingerprint",
+        "normalize_url",
+        "register",
+        "render_config",
+        "write_config",
+    }
 
 
 def test_uri_prefixes_agree_across_the_split() -> None:

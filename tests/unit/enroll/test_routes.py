@@ -8,19 +8,29 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from control_plane.api.auth import PUBLIC_PATHS, ApiKeyGate, create_api_key
 from control_plane.api.enroll_routes import MAX_BODY_BYTES, enroll_router, operator_router
 from control_plane.enroll import EnrollmentService
+from control_plane.store import MemoryStore
 
 from .conftest import ENV_ID, FakeClock
 from .keys import ec_csr
 
 
 @pytest.fixture
-async def http(service: EnrollmentService) -> AsyncIterator[httpx.AsyncClient]:
+async def http(
+    service: EnrollmentService, store: MemoryStore, clock: FakeClock
+) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()
     app.include_router(enroll_router(service, tunnel_address="cp.test:7443"))
     app.include_router(operator_router(service))
-    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://cp.test") as client:
+    app.add_middleware(ApiKeyGate, store=store, public=PUBLIC_PATHS, clock=clock)  # the operator routes' key
+    key, _ = await create_api_key(store, "admin", clock())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),
+        base_url="http://cp.test",
+        headers={"authorization": f"Bearer {key}"},
+    ) as client:
         yield client
 
 
