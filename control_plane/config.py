@@ -121,6 +121,23 @@ class ControlPlaneConfig(BaseModel):
         description="Connections (and requests in progress) the HTTP port serves at once; past it a new "
         "request is answered 503 at once. Keep it well under the open-file limit (`LimitNOFILE`).",
     )
+    http_max_body_bytes: int = Field(
+        1024 * 1024,
+        ge=1024,
+        description="The largest request body the API reads, for every route but those carrying content "
+        "(413 past it, counted as it streams in).",
+    )
+    http_max_content_body_bytes: int = Field(
+        32 * 1024 * 1024,
+        ge=1024,
+        description="The largest request body of the routes that carry content (a session's events, a new "
+        "session's initial events: images and documents; `exec`).",
+    )
+    http_body_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="A request body that stops arriving for this long is answered 408 (slow-body clients).",
+    )
     http_header_timeout_s: float = Field(
         10.0,
         gt=0,

@@ -218,6 +218,9 @@ class ControlPlane:
                 vault=self.vault,
                 outbound=self.outbound,
                 config=ApiConfig(
+                    max_body_bytes=cfg.http_max_body_bytes,
+                    max_content_body_bytes=cfg.http_max_content_body_bytes,
+                    body_timeout_s=cfg.http_body_timeout_s,
                     metrics_public=cfg.metrics_public,
                     stream_ping_interval_s=cfg.stream_ping_interval_s,
                     stream_max_per_key=cfg.stream_max_per_key,

@@ -21,7 +21,12 @@ from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from control_plane.api.agents import agents_router
 from control_plane.api.api_keys import api_keys_router
 from control_plane.api.auth import PUBLIC_PATHS, ApiKeyAuth, ApiKeyGate
-from control_plane.api.body_limit import DEFAULT_MAX_BODY_BYTES, BodyLimitMiddleware
+from control_plane.api.body_limit import (
+    DEFAULT_BODY_TIMEOUT_S,
+    DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONTENT_BODY_BYTES,
+    BodyLimitMiddleware,
+)
 from control_plane.api.caller import require_admin_key, unscoped_writes
 from control_plane.api.coded_errors import install_coded_error_handler
 from control_plane.api.enroll_routes import enroll_router, operator_router
@@ -57,6 +62,8 @@ class ApiConfig:
     """Limits and timings of the HTTP API."""
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
+    max_content_body_bytes: int = DEFAULT_MAX_CONTENT_BODY_BYTES  # the same, for routes with content
+    body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a body that stops arriving this long: 408
     stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
     stream_max_per_key: int = 200  # open event streams per API key (429 past it)
     stream_max_total: int = 2000  # open event streams in all (503 past it)
@@ -96,7 +103,12 @@ def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
     install_coded_error_handler(app)
-    app.add_middleware(BodyLimitMiddleware, max_body_bytes=services.config.max_body_bytes)
+    app.add_middleware(
+        BodyLimitMiddleware,
+        max_body_bytes=services.config.max_body_bytes,
+        content_max_body_bytes=services.config.max_content_body_bytes,
+        body_timeout_s=services.config.body_timeout_s,
+    )
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
     # outside the body limit
     app.add_middleware(ApiKeyGate, store=services.store, public=public, clock=services.clock)

@@ -4,55 +4,107 @@ A declared ``Content-Length`` over the limit is answered at once; a body without
 counted as it streams in and refused the moment it passes the limit. Either way the answer is
 ``413`` with error type ``request_too_large`` and nothing of the body is handed to a route past
 the limit. (The server discards the unread rest of the body, so the client still reads the 413.)
+
+Limits are per route: small by default (``max_body_bytes``), larger only for the routes whose
+bodies carry content (``content_max_body_bytes``: a session's events and a new session's initial
+events, which may hold images and documents, and ``exec``). A body that stops arriving for ``body_timeout_s``
+is answered ``408`` (``timeout_error``): a client cannot hold a request open by trickling it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api.errors import error_body
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware"]
+__all__ = [
+    "DEFAULT_BODY_TIMEOUT_S",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_MAX_CONTENT_BODY_BYTES",
+    "BodyLimitMiddleware",
+    "is_content_route",
+]
 
-DEFAULT_MAX_BODY_BYTES = 32 * 1024 * 1024
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+DEFAULT_MAX_CONTENT_BODY_BYTES = 32 * 1024 * 1024  # the Messages API's own request limit
+DEFAULT_BODY_TIMEOUT_S = 30.0
+
+
+def is_content_route(method: str, path: str) -> bool:
+    """Routes whose bodies carry content: a session's events and a new session's initial events
+    (images, documents), and a tool call by hand (``write`` of a file)."""
+    if method != "POST":
+        return False
+    if path in ("/v1/sessions", "/v1/sandboxes/exec"):
+        return True
+    return path.startswith("/v1/sessions/") and path.endswith("/events")
 
 
 class _BodyTooLarge(Exception):
     """Raised into the route when the streamed body passes the limit."""
 
 
+class _BodyTimeout(Exception):
+    """Raised into the route when the body stops arriving."""
+
+
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> None:
-        if max_body_bytes < 1:
-            raise ValueError("max_body_bytes must be positive")
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+        *,
+        content_max_body_bytes: int | None = None,
+        body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
+        is_content: Callable[[str, str], bool] = is_content_route,
+    ) -> None:
+        if max_body_bytes < 1 or (content_max_body_bytes is not None and content_max_body_bytes < 1):
+            raise ValueError("body limits must be positive")
         self.app = app
         self.max_body_bytes = max_body_bytes
+        self.content_max_body_bytes = content_max_body_bytes or max_body_bytes
+        self.body_timeout_s = body_timeout_s
+        self._is_content = is_content
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_body_bytes
+        content = self._is_content(scope.get("method", ""), scope.get("path", ""))
+        limit = self.content_max_body_bytes if content else self.max_body_bytes
         declared = _content_length(scope)
         if declared is not None and declared > limit:
-            await self._reject(send)
+            await self._reject(send, limit)
             return
 
         received = 0
         started = False
         rejected = False
+        body_done = False
 
         async def limited_receive() -> Message:
-            nonlocal received, rejected, started
-            message = await receive()
+            nonlocal received, rejected, started, body_done
+            if body_done:  # only the body is timed: later waits (for a disconnect) may be long
+                return await receive()
+            try:
+                async with asyncio.timeout(self.body_timeout_s):
+                    message = await receive()
+            except TimeoutError:
+                if not started:
+                    rejected = started = True
+                    await _answer(send, 408, "timeout_error", "the request body stopped arriving")
+                raise _BodyTimeout from None
             if message["type"] == "http.request":
+                body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > limit:
                     if not started:
                         rejected = started = True
-                        await self._reject(send)
+                        await self._reject(send, limit)
                     raise _BodyTooLarge
             return message
 
@@ -70,20 +122,24 @@ class BodyLimitMiddleware:
             if not rejected:
                 raise
 
-    async def _reject(self, send: Send) -> None:
-        message = f"request body is larger than the limit of {self.max_body_bytes} bytes"
-        body = json.dumps(error_body("request_too_large", message)).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body, "more_body": False})
+    async def _reject(self, send: Send, limit: int) -> None:
+        message = f"request body is larger than the limit of {limit} bytes"
+        await _answer(send, 413, "request_too_large", message)
+
+
+async def _answer(send: Send, status: int, error_type: str, message: str) -> None:
+    body = json.dumps(error_body(error_type, message)).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -40,7 +40,11 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
             tunnel_address=None,
             bus=bus,
             runner=runner,
-            config=ApiConfig(max_body_bytes=MAX_BODY_BYTES, stream_ping_interval_s=PING_INTERVAL_S),
+            config=ApiConfig(
+                max_body_bytes=MAX_BODY_BYTES,
+                max_content_body_bytes=MAX_BODY_BYTES,
+                stream_ping_interval_s=PING_INTERVAL_S,
+            ),
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 import httpx
@@ -61,4 +62,40 @@ async def test_streamed_body_is_cut_off_at_the_limit() -> None:
             "message": f"request body is larger than the limit of {LIMIT} bytes",
         },
     }
+    assert seen == []
+
+
+async def test_routes_with_content_get_the_larger_limit() -> None:
+    seen: list[int] = []
+
+    async def echo(request: Request) -> JSONResponse:
+        seen.append(len(await request.body()))
+        return JSONResponse({})
+
+    routes = [Route(p, echo, methods=["POST"]) for p in ("/v1/agents", "/v1/sessions/s1/events")]
+    app = BodyLimitMiddleware(Starlette(routes=routes), LIMIT, content_max_body_bytes=10 * LIMIT)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        small_route = await client.post("/v1/agents", content=b"x" * (LIMIT + 1))
+        content_route = await client.post("/v1/sessions/s1/events", content=b"x" * (5 * LIMIT))
+        too_much = await client.post("/v1/sessions/s1/events", content=b"x" * (10 * LIMIT + 1))
+    assert small_route.status_code == 413
+    assert content_route.status_code == 200
+    assert too_much.status_code == 413
+    assert f"limit of {10 * LIMIT} bytes" in too_much.json()["error"]["message"]
+    assert seen == [5 * LIMIT]
+
+
+async def test_a_body_that_stops_arriving_is_a_408() -> None:
+    app, seen = make_app()
+    app.body_timeout_s = 0.2  # short so the test is quick; the default is 30 s
+
+    async def stalls() -> AsyncIterator[bytes]:
+        yield b"x" * 10
+        await asyncio.sleep(5)
+        yield b"never"
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        response = await client.post("/", content=stalls())
+    assert response.status_code == 408
+    assert response.json()["error"]["type"] == "timeout_error"
     assert seen == []

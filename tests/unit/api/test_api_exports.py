@@ -28,7 +28,13 @@ EXPECTED = {
         "require_admin_key",
         "unscoped_writes",
     },
-    "control_plane.api.body_limit": {"DEFAULT_MAX_BODY_BYTES", "BodyLimitMiddleware"},
+    "control_plane.api.body_limit": {
+        "DEFAULT_BODY_TIMEOUT_S",
+        "DEFAULT_MAX_BODY_BYTES",
+        "DEFAULT_MAX_CONTENT_BODY_BYTES",
+        "BodyLimitMiddleware",
+        "is_content_route",
+    },
     "control_plane.api.coded_errors": {"CodedApiError", "install_coded_error_handler"},
     "control_plane.api.environments": {
         "environment_json",
