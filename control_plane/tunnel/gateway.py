@@ -31,11 +31,12 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest
+from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest, NotFound
+from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, RemoteError
@@ -72,6 +73,8 @@ class SandboxPlacements(Protocol):
     async def get_sandbox_edge(self, session_id: str) -> str | None: ...
 
     async def set_sandbox_edge(self, session_id: str, edge_id: str | None) -> None: ...
+
+    async def get_edges(self, edge_ids: Sequence[str]) -> list[EdgeRecord]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +235,8 @@ class EdgeGateway:
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if edge_id is None:
             edge_id = await self._durable_edge(session_id)
+        if edge_id is not None:
+            await self._check_environment(session_id, edge_id, environment_id)
         targets = (
             [edge_id] if edge_id else [c.edge_id for c in self._registry.for_environment(environment_id)]
         )
@@ -270,6 +275,8 @@ class EdgeGateway:
         edge_id = self._sticky.get(session_id)
         if edge_id is None:
             edge_id = await self._durable_edge(session_id)
+        if edge_id is not None:
+            await self._check_environment(session_id, edge_id, environment_id)
         left_because = ""
         if edge_id is not None:
             conn, drained = await self._await_edge(edge_id)
@@ -337,6 +344,32 @@ class EdgeGateway:
             conn = self._registry.get(edge_id)
             if conn is not None and conn.closed.is_set():
                 conn = None
+
+    async def _check_environment(self, session_id: str, edge_id: str, environment_id: str) -> None:
+        """A session's remembered edge belongs to the environment named in the call, or the call is
+        refused: session ids of ``exec`` are the caller's, and a caller of one environment must not
+        reach (or move) the sandbox another environment's session holds."""
+        conn = self._registry.get(edge_id)
+        if conn is not None:
+            held_in = conn.environment_id
+        elif self.placements is not None:
+            try:
+                records = await self.placements.get_edges([edge_id])
+            except Exception as exc:  # the store is down: the call fails the same way elsewhere
+                raise EdgeUnavailable(f"cannot check session {session_id}'s sandbox edge: {exc}") from exc
+            if not records:
+                return  # the edge is gone from the store: the session moves as for a lost edge
+            held_in = records[0].environment_id
+        else:
+            return
+        if held_in != environment_id:
+            log.warning(
+                "session %s: its sandbox is on an edge of environment %s, not %s; call refused",
+                session_id,
+                held_in,
+                environment_id,
+            )
+            raise NotFound("session", session_id)
 
     async def _durable_edge(self, session_id: str) -> str | None:
         if self.placements is None:

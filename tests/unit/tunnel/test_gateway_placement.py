@@ -5,11 +5,13 @@ once. The registry and connections are in-memory stand-ins: no network."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
-from control_plane.errors import GatewayDraining
+from control_plane.errors import GatewayDraining, NotFound
+from control_plane.store.base import EdgeRecord
 from control_plane.store.memory import MemoryStore
 from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig, SandboxMove
 from outpost_wire.frames import Destroy, Destroyed, Execute, Outcome, Provision, Provisioned, Request
@@ -267,3 +269,37 @@ async def test_a_store_failure_does_not_fail_the_call(caplog: pytest.LogCaptureF
     gw = gateway(registry, BrokenStore())
     assert await run(gw) == "ran on edge_a"
     assert "could not record its sandbox placement" in caplog.text
+
+
+async def test_a_remembered_edge_of_another_environment_is_not_reached() -> None:
+    """``exec`` takes the caller's session id: naming another environment's session must neither
+    reach its sandbox nor move it, whether its edge is connected or only in the store."""
+    registry = FakeRegistry()
+    registry.connect("edge_a")
+    store = MemoryStore()
+    await store.create_edge(
+        EdgeRecord(
+            id="edge_a",
+            environment_id=ENV,
+            name="a",
+            cert_serial="01",
+            cert_fingerprint="f" * 64,
+            created_at=datetime(2026, 12, 1, tzinfo=UTC),
+            cert_not_after=datetime(2027, 12, 1, tzinfo=UTC),
+        )
+    )
+    gw = gateway(registry, store)
+    assert await run(gw) == "ran on edge_a"
+    edge_a = registry.get("edge_a")
+    assert edge_a is not None
+    sent = len(edge_a.requests)
+    for fresh in (gw, gateway(registry, store)):  # remembered in memory, and only in the store
+        with pytest.raises(NotFound):
+            await fresh.execute("s1", "env_other", "bash", {"command": "true"}, idempotency_key="x")
+        with pytest.raises(NotFound):
+            await fresh.destroy("s1", "env_other")
+    assert len(edge_a.requests) == sent  # nothing reached the sandbox
+    registry.drop("edge_a")  # not connected: the store says where it belongs
+    with pytest.raises(NotFound):
+        await gateway(registry, store).execute("s1", "env_other", "bash", {}, idempotency_key="y")
+    assert await store.get_sandbox_edge("s1") == "edge_a"  # nothing moved
