@@ -46,6 +46,13 @@ def upstream(tmp_path: Path) -> Iterator[GitHttpServer]:
     server.stop()
 
 
+# The test's git server listens on loopback over plain http: the edge's repositories rule (by
+# default no repository, https only, public addresses only) must let exactly that through.
+LOOPBACK_REPOSITORIES = {
+    "repositories": {"allowed_hosts": ["127.0.0.1"], "allow_http": True, "allow_networks": ["127.0.0.0/8"]}
+}
+
+
 def _text(content: Any) -> str:
     return "".join(getattr(block, "text", "") or "" for block in content or [])
 
@@ -79,7 +86,7 @@ async def test_a_session_repository_is_cloned_and_relayed_without_its_token_in_t
         name="coder", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
     )
     environment = await client.beta.environments.create(name="git", config={"type": "self_hosted"})
-    await run_edge(await enroll(environment.id))
+    await run_edge(await enroll(environment.id, policy=LOOPBACK_REPOSITORIES))
     url = upstream.url("app.git")
     session = await client.beta.sessions.create(
         agent=agent.id,
@@ -136,7 +143,7 @@ async def test_a_refused_token_is_a_typed_session_error(
         name="coder", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
     )
     environment = await client.beta.environments.create(name="git-bad", config={"type": "self_hosted"})
-    await run_edge(await enroll(environment.id))
+    await run_edge(await enroll(environment.id, policy=LOOPBACK_REPOSITORIES))
     url = upstream.url("app.git")
     session = await client.beta.sessions.create(
         agent=agent.id,
