@@ -165,7 +165,7 @@ def main() -> int:
             )
         )
 
-        step("starting the edge agent (dials out; listens on nothing)")
+        step("starting the edge agent (dials out; health and metrics on 127.0.0.1:9464 only)")
         edge = start([PY, "-m", "edge_agent.cli", "run", "--config", str(config)], edge_log)
         procs.append(edge)
         status = wait_for(lambda: api.get("/v1/connected_edges").json()["data"], "edge connection")[0]
