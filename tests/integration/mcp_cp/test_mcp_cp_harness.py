@@ -159,6 +159,8 @@ class Rig:
         self.router = McpRouter(
             gateway,
             credentials=bearer,
+            # 3 s (defaults are longer): a server these tests make unreachable fails fast; the
+            # defaults are what the e2e MCP session test runs on.
             config=McpConfig(connect_timeout_s=3.0, list_timeout_s=3.0),
             # The test MCP server listens on loopback: allowed as outbound_allow_networks would.
             outbound=OutboundGuard(["127.0.0.0/8"]),
