@@ -8,8 +8,8 @@ Two kinds of item flow through the bus:
 * :class:`Delta` — stream-only, ephemeral items (``event_start`` / ``event_delta`` while the model
   is still streaming). Never stored; a subscriber that falls behind may drop them.
 
-Scale-out note: with several control-plane processes on one PostgreSQL store, ``Persisted`` will
-also arrive from other processes (LISTEN/NOTIFY); the interface stays the same.
+With several control-plane processes on one store, ``Persisted`` also arrives for appends made by
+other processes (``control_plane.log_follower``, fed by the store's feed of appends).
 """
 
 from __future__ import annotations
@@ -93,6 +93,10 @@ class EventBus:
                 subs.discard(sub)
                 if not subs:
                     del self._subs[session_id]
+
+    def subscribed_sessions(self) -> list[str]:
+        """Every session with at least one subscriber in this process."""
+        return list(self._subs)
 
     def subscriber_count(self, session_id: str) -> int:
         return len(self._subs.get(session_id, ()))

@@ -45,6 +45,7 @@ from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import ListenFailed, NotFound
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.http_limits import h11_protocol
+from control_plane.log_follower import LogFollower
 from control_plane.mcp import Credentials, McpRouter, no_credentials
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
@@ -106,6 +107,7 @@ class ControlPlane:
         self.tunnel: GrpcTunnelServer | None = None
         self.presence: EdgePresence | None = None
         self.bus = EventBus()
+        self.follower: LogFollower | None = None  # appends by other processes reach streams here
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
@@ -183,6 +185,8 @@ class ControlPlane:
         # Other processes on the store learn which edges' tunnels this one holds (placement).
         self.presence = EdgePresence(self.store, self.registry, self.id)
         await self.presence.start()
+        self.follower = LogFollower(self.store, self.bus)
+        await self.follower.start()
 
         api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
         if not api_key:
@@ -475,6 +479,8 @@ class ControlPlane:
             await self.tunnel.stop(self.config.drain_grace_s)
         if self.presence is not None:
             await self.presence.close()
+        if self.follower is not None:
+            await self.follower.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

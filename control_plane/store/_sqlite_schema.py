@@ -160,6 +160,18 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "ALTER TABLE api_keys ADD COLUMN expires_at INTEGER",
         "ALTER TABLE api_keys ADD COLUMN last_used_at INTEGER",
     ),
+    # 8: the feed of appends that every process follows (SSE streams on any replica): one row per
+    # append, in commit order (one writer), pruned after a minute
+    (
+        """
+        CREATE TABLE log_feed (
+            pos        INTEGER PRIMARY KEY AUTOINCREMENT,
+            session_id TEXT NOT NULL,
+            last_seq   INTEGER NOT NULL,
+            at         INTEGER NOT NULL
+        )
+        """,
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

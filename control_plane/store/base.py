@@ -1,8 +1,13 @@
 """The control plane's store interface: resources, the session event log, leases and edge identity.
 
-Everything above this module talks to :class:`Store` only. Implementations: ``sqlite.SqliteStore``
-(default, one file, WAL) and, later, PostgreSQL. A contract test suite (``tests/contract``) runs against
-every implementation, so a new backend is done when that suite passes.
+Everything above this module talks to these protocols only. The store has four roles, each a small
+protocol with its own contract tests: :class:`Resources` (versioned documents), :class:`EventLog`
+(append, read slices, last seq, the feed of appends), :class:`Coordination` (leases, placement,
+presence, wakes, nonces) and :class:`Identity` (enrollment tokens, edges, API keys); :class:`Store`
+is all four in one object, as every backend provides them. Implementations: ``sqlite.SqliteStore``
+(default, one file, WAL), ``memory.MemoryStore`` (tests) and ``postgres.PostgresStore``. A contract
+test suite (``tests/contract``) runs against every implementation, so a new backend is done when
+that suite passes.
 
 Rules every implementation follows:
 
@@ -17,21 +22,28 @@ Rules every implementation follows:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
 __all__ = [
+    "FEED_DELAY_S",
     "ApiKeyRecord",
+    "AppendFeed",
+    "AppendListener",
+    "Coordination",
     "EdgeRecord",
     "EnrollmentTokenRecord",
     "Event",
+    "EventLog",
+    "Identity",
     "Lease",
     "NewEvent",
     "Order",
     "Page",
     "Resource",
+    "Resources",
     "Store",
 ]
 
@@ -136,18 +148,20 @@ class ApiKeyRecord:
     last_used_at: datetime | None = None  # kept to the minute (``touch_api_key``)
 
 
-class Store(Protocol):
-    """Durable state of the control plane. Errors raised: see ``control_plane.errors``
-    (``NotFound``, ``VersionConflict``, ``SequenceConflict``, ``Fenced``, ``TokenRejected``)."""
+AppendListener = Callable[[str | None, int], None]
+"""``(session_id, last_seq)`` after an append; ``(None, 0)``: notices may have been lost."""
 
+FEED_DELAY_S = 0.05
+"""How soon after an append its notice reaches every follower (polling backends poll this often)."""
+
+
+class AppendFeed(Protocol):
     async def close(self) -> None: ...
 
-    async def ping(self) -> None:
-        """Return if the store answers now; raise ``ControlPlaneError`` saying why not (closed,
-        unreachable). For readiness probes: cheap, changes nothing."""
-        ...
 
-    # -- resources --------------------------------------------------------------------------
+class Resources(Protocol):
+    """Versioned JSON documents by kind (agents, environments, sessions, vaults, credentials)."""
+
     async def create_resource(self, kind: str, id: str, body: Mapping[str, Any], now: datetime) -> Resource:
         """Insert version 1. Raises ``Conflict`` if the id exists."""
 
@@ -190,7 +204,18 @@ class Store(Protocol):
     async def delete_resource(self, kind: str, id: str) -> None:
         """Delete the resource; for sessions also their events and lease."""
 
-    # -- the session event log --------------------------------------------------------------
+    async def prune_archived(self, kind: str, archived_before: datetime, limit: int = 100) -> list[str]:
+        """Retention: delete up to ``limit`` resources of ``kind`` archived before
+        ``archived_before``, the longest archived first, as ``delete_resource`` does (a session
+        with its events, lease, sandbox placement and wake request). Returns the ids deleted;
+        fewer than ``limit`` means none is left. Safe from several processes at once (each is
+        deleted once); one call's work is bounded, so it never holds the writer long (a backend
+        may delete a long log in several transactions, the resource last)."""
+
+
+class EventLog(Protocol):
+    """The sessions' append-only event logs, and the feed of appends every replica can follow."""
+
     async def append(
         self,
         session_id: str,
@@ -227,7 +252,21 @@ class Store(Protocol):
     async def last_seq(self, session_id: str) -> int:
         """0 for an empty log."""
 
-    # -- leases (one harness runs a session at a time) ----------------------------------------
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        """The last seq of each of ``session_ids`` in one read (0 for an empty or unknown log)."""
+
+    async def follow_appends(self, notify: AppendListener) -> AppendFeed:
+        """Start calling ``notify(session_id, last_seq)`` after appends to any session's log, by
+        any process on this store (this one included), within ``FEED_DELAY_S`` or so; stop with
+        the returned feed's ``close()``. Notices may repeat or come late, never carry a seq the log
+        does not hold yet. When notices may have been lost (a dropped connection to the
+        database), ``notify(None, 0)`` says so: the listener then re-reads what it follows
+        (``last_seqs``). Listeners must be quick and must not raise."""
+
+
+class Coordination(Protocol):
+    """Who runs what: session leases, sandbox placement, edge presence, wake requests, nonces."""
+
     async def acquire_lease(self, session_id: str, holder: str, ttl_s: float, now: datetime) -> Lease | None:
         """Take the lease if it is free or expired (epoch + 1), or renew it if ``holder`` holds it
         (same epoch). Returns ``None`` if another holder has a live lease."""
@@ -287,7 +326,17 @@ class Store(Protocol):
         """Record ``key`` until ``expires_at``: ``True`` the first time, ``False`` while an earlier
         record of it has not expired. Expired records are pruned as a side effect."""
 
-    # -- enrollment and edges -----------------------------------------------------------------
+    async def forget_lease(self, session_id: str) -> bool:
+        """The session has ended (archived or terminated): delete its lease if it is released.
+        A held lease stays, expired or not (its holder may still write: the epoch keeps fencing
+        it; the harness that next takes it releases it and forgets it). Returns whether a lease
+        was deleted. A later ``acquire_lease`` starts again at epoch 1, so call it only for
+        sessions that run no more."""
+
+
+class Identity(Protocol):
+    """Who may connect: enrollment tokens, enrolled edges and their certificates, API keys."""
+
     async def create_enrollment_token(self, record: EnrollmentTokenRecord) -> None: ...
 
     async def consume_enrollment_token(
@@ -363,3 +412,21 @@ class Store(Protocol):
     async def touch_api_key(self, key_id: str, now: datetime) -> None:
         """Record ``now`` as the key's ``last_used_at`` unless a later time is recorded already
         (an unknown id is ignored)."""
+
+    async def prune_enrollment_tokens(self, before: datetime, limit: int = 500) -> int:
+        """Retention: delete up to ``limit`` enrollment tokens that enroll nothing since before
+        ``before`` (used, revoked or expired before it). Returns how many were deleted; fewer
+        than ``limit`` means none is left."""
+
+
+class Store(Resources, EventLog, Coordination, Identity, Protocol):
+    """Durable state of the control plane: every role in one object. Errors raised: see
+    ``control_plane.errors`` (``NotFound``, ``VersionConflict``, ``SequenceConflict``, ``Fenced``,
+    ``TokenRejected``). Services should be typed with the roles they use, not ``Store``."""
+
+    async def close(self) -> None: ...
+
+    async def ping(self) -> None:
+        """Return if the store answers now; raise ``ControlPlaneError`` saying why not (closed,
+        unreachable). For readiness probes: cheap, changes nothing."""
+        ...

@@ -11,6 +11,7 @@ tasks on the event loop. Nothing survives the process.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,6 +30,8 @@ from control_plane.errors import (
 from control_plane.store import _codec as codec
 from control_plane.store.base import (
     ApiKeyRecord,
+    AppendFeed,
+    AppendListener,
     EdgeRecord,
     EnrollmentTokenRecord,
     Event,
@@ -102,6 +105,18 @@ def _normalize(record: _R) -> _R:
     return dataclasses.replace(record, **changes)
 
 
+class _MemoryFeed:
+    """Listeners are called in the append itself: one process, nothing to poll."""
+
+    def __init__(self, listeners: list[AppendListener], notify: AppendListener) -> None:
+        self._listeners = listeners
+        self._notify = notify
+
+    async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._listeners.remove(self._notify)
+
+
 class MemoryStore:
     """A :class:`~control_plane.store.base.Store` held in process memory."""
 
@@ -121,6 +136,7 @@ class MemoryStore:
         self._edges: dict[str, EdgeRecord] = {}
         self._api_keys: dict[str, ApiKeyRecord] = {}
         self._api_key_ids_by_hash: dict[str, str] = {}
+        self._listeners: list[AppendListener] = []
 
     async def __aenter__(self) -> MemoryStore:
         return self
@@ -324,6 +340,8 @@ class MemoryStore:
             for row in rows.values():
                 log.append(row)
                 seqs[row.id] = row.seq
+            for listener in list(self._listeners):
+                listener(session_id, len(log))
         return [_event(session_id, log[seqs[e.id] - 1]) for e in events]
 
     async def get_events(
@@ -353,6 +371,15 @@ class MemoryStore:
     async def last_seq(self, session_id: str) -> int:
         self._check_open()
         return len(self._events.get(session_id, ()))
+
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        self._check_open()
+        return {sid: len(self._events.get(sid, ())) for sid in session_ids}
+
+    async def follow_appends(self, notify: AppendListener) -> AppendFeed:
+        self._check_open()
+        self._listeners.append(notify)
+        return _MemoryFeed(self._listeners, notify)
 
     # -- leases -----------------------------------------------------------------------------
 
@@ -668,3 +695,40 @@ class MemoryStore:
         now = codec.from_us(codec.to_us(now))
         if record is not None and (record.last_used_at is None or record.last_used_at < now):
             self._api_keys[key_id] = dataclasses.replace(record, last_used_at=now)
+
+    # -- retention ------------------------------------------------------------------------------
+
+    async def prune_archived(self, kind: str, archived_before: datetime, limit: int = 100) -> list[str]:
+        self._check_open()
+        codec.check_limit(limit)
+        before_us = codec.to_us(archived_before, "archived_before")
+        due = sorted(
+            (row.archived_us, id)
+            for (k, id), row in self._resources.items()
+            if k == kind and row.archived_us is not None and row.archived_us < before_us
+        )[:limit]
+        for _, id in due:
+            await self.delete_resource(kind, id)
+        return [id for _, id in due]
+
+    async def forget_lease(self, session_id: str) -> bool:
+        self._check_open()
+        row = self._leases.get(session_id)
+        if row is None or row.holder is not None:
+            return False
+        del self._leases[session_id]
+        return True
+
+    async def prune_enrollment_tokens(self, before: datetime, limit: int = 500) -> int:
+        self._check_open()
+        codec.check_limit(limit)
+        before = codec.from_us(codec.to_us(before, "before"))
+        done = [
+            r
+            for r in self._tokens.values()
+            if min(t for t in (r.used_at, r.revoked_at, r.expires_at) if t is not None) < before
+        ][:limit]
+        for record in done:
+            del self._tokens[record.id]
+            self._token_ids_by_hash.pop(record.token_hash, None)
+        return len(done)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -30,6 +31,7 @@ from control_plane.errors import (
 )
 from control_plane.store import _codec as codec
 from control_plane.store._sqlite_engine import SqliteConfig, SqliteEngine
+from control_plane.store._sqlite_feed import SqliteFeed
 from control_plane.store._sqlite_schema import migrate
 from control_plane.store._sqlite_sql import (
     EVENT_COLUMNS,
@@ -67,6 +69,8 @@ from control_plane.store._sqlite_sql import (
 )
 from control_plane.store.base import (
     ApiKeyRecord,
+    AppendFeed,
+    AppendListener,
     EdgeRecord,
     EnrollmentTokenRecord,
     Event,
@@ -353,6 +357,10 @@ class SqliteStore:
                         yield (session_id, seq, event.id, event.type, payload, now_us)
 
                 conn.executemany(INSERT_EVENT, rows_to_insert())
+                conn.execute(
+                    "INSERT INTO log_feed (session_id, last_seq, at) VALUES (?, ?, ?)",
+                    (session_id, last + len(fresh), time.time_ns() // 1000),  # wall clock: pruning
+                )
                 stored.update((event.id, event) for event in events_from_rows(session_id, written))
             return [stored[e.id] for e in events]
 
@@ -399,6 +407,25 @@ class SqliteStore:
             return last
 
         return await self._engine.read(run)
+
+    async def last_seqs(self, session_ids: Sequence[str]) -> dict[str, int]:
+        wanted = list(dict.fromkeys(session_ids))
+
+        def run(conn: sqlite3.Connection) -> dict[str, int]:
+            found = dict.fromkeys(wanted, 0)
+            for start in range(0, len(wanted), _ID_CHUNK):
+                chunk = wanted[start : start + _ID_CHUNK]
+                sql = (
+                    "SELECT session_id, max(seq) FROM events"  # noqa: S608 (placeholders)
+                    f" WHERE session_id IN ({', '.join('?' * len(chunk))}) GROUP BY session_id"
+                )
+                found.update(conn.execute(sql, chunk).fetchall())
+            return found
+
+        return await self._engine.read(run) if wanted else {}
+
+    async def follow_appends(self, notify: AppendListener) -> AppendFeed:
+        return await SqliteFeed.start(self._engine, notify)
 
     # -- leases -----------------------------------------------------------------------------
 

@@ -262,3 +262,26 @@ async def test_a_failing_write_group_fails_its_callers_and_the_writer_goes_on(
         assert [e.seq for e in await store.append("s1", new_events("b", 1), at(0))] == [1]
     finally:
         await store.close()
+
+
+async def test_a_feed_that_fell_behind_pruned_rows_says_notices_were_lost(tmp_path: Path) -> None:
+    from control_plane.store._sqlite_feed import SqliteFeed
+
+    store = SqliteStore(tmp_path / "outpost.db")
+    heard: list[tuple[str | None, int]] = []
+    try:
+        feed = await SqliteFeed.start(store._engine, lambda sid, seq: heard.append((sid, seq)))
+        await feed.close()  # polled by hand below
+        for i in range(3):
+            await store.append(f"s{i}", new_events("a", 1), at(i))
+        await feed.poll()
+        assert heard == [("s0", 1), ("s1", 1), ("s2", 1)]
+        for i in range(3, 6):
+            await store.append(f"s{i}", new_events("a", 1), at(i))
+        with sqlite3.connect(tmp_path / "outpost.db") as conn:  # pruned before this follower read it
+            conn.execute("DELETE FROM log_feed WHERE session_id = 's3'")
+        heard.clear()
+        await feed.poll()
+        assert heard == [(None, 0), ("s4", 1), ("s5", 1)]
+    finally:
+        await store.close()
