@@ -38,7 +38,7 @@ from control_plane.sessions.agent_config import (
     resolve_skills,
     resolve_tools,
 )
-from control_plane.store.base import Store
+from control_plane.store.base import Resources
 
 __all__ = ["agents_router", "new_agent_id", "stored_tool_params"]
 
@@ -107,7 +107,7 @@ def _updated_body(current: dict[str, Any], body: AgentUpdate, outbound: Outbound
 
 
 def agents_router(
-    store: Store, clock: Callable[[], datetime], outbound: OutboundGuard | None = None
+    store: Resources, clock: Callable[[], datetime], outbound: OutboundGuard | None = None
 ) -> APIRouter:
     """``outbound``: the check of direct MCP server URLs (default: no private networks)."""
     router = APIRouter()

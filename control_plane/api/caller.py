@@ -33,7 +33,7 @@ from fastapi import Depends, Request
 
 from control_plane.api.errors import ApiError
 from control_plane.errors import NotFound
-from control_plane.store.base import ApiKeyRecord, Resource, Store
+from control_plane.store.base import ApiKeyRecord, Resource, Resources
 
 __all__ = [
     "READ_METHODS",
@@ -112,7 +112,7 @@ class Caller:
         if not self.sees_environment(environment_id):
             raise not_found
 
-    async def session(self, store: Store, session_id: str) -> Resource:
+    async def session(self, store: Resources, session_id: str) -> Resource:
         """The session, or ``NotFound`` if it does not exist or belongs to an environment the
         key does not see (the same answer, so existence does not leak)."""
         res = await store.get_resource("session", session_id)

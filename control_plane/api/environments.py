@@ -36,7 +36,7 @@ from control_plane.api.wire import page_body, timestamp
 from control_plane.edge_counts import EdgeCounts, count_edges
 from control_plane.errors import InvalidRequest, NotFound
 from control_plane.sessions.networking import validate_networking
-from control_plane.store.base import Resource, Store
+from control_plane.store.base import Resource, Resources, Store
 from control_plane.tunnel import EdgeRegistry
 
 __all__ = [
@@ -77,7 +77,7 @@ def environment_not_found(environment_id: str) -> CodedApiError:
 
 
 async def get_environment(
-    store: Store, environment_id: str, *, usable: bool = False, caller: Caller | None = None
+    store: Resources, environment_id: str, *, usable: bool = False, caller: Caller | None = None
 ) -> Resource:
     """The environment, or a 404 ``environment_not_found`` (also when ``caller``'s key does not
     see it); with ``usable``, an archived one is a 400 ``environment_archived``."""

@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from control_plane.store.base import EdgeRecord, EnrollmentTokenRecord, Store
+from control_plane.store.base import Coordination, EdgeRecord, EnrollmentTokenRecord
 from control_plane.tunnel.registry import EdgeRegistry
 
 __all__ = [
@@ -105,7 +105,11 @@ class FleetView:
     recorded up)."""
 
     def __init__(
-        self, registry: EdgeRegistry, store: Store, clock: Callable[[], datetime], control_plane_id: str
+        self,
+        registry: EdgeRegistry,
+        store: Coordination,
+        clock: Callable[[], datetime],
+        control_plane_id: str,
     ) -> None:
         self._registry = registry
         self._store = store

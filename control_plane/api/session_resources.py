@@ -34,7 +34,7 @@ from control_plane.sessions.repositories import (
     repository_json,
 )
 from control_plane.sessions.repository_tokens import RepositoryTokens
-from control_plane.store.base import Order, Resource, Store
+from control_plane.store.base import Order, Resource, Resources
 
 __all__ = ["create_repositories", "session_resources_router"]
 
@@ -43,7 +43,7 @@ _NO_VAULT = "authorization_token: the vault (which seals tokens) is not configur
 
 
 async def create_repositories(
-    store: Store,
+    store: Resources,
     tokens: RepositoryTokens | None,
     session_id: str,
     repositories: Sequence[RepositoryInput],
@@ -66,7 +66,7 @@ async def create_repositories(
 
 
 def session_resources_router(
-    store: Store, tokens: RepositoryTokens | None, clock: Callable[[], datetime]
+    store: Resources, tokens: RepositoryTokens | None, clock: Callable[[], datetime]
 ) -> APIRouter:
     router = APIRouter()
 

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from control_plane.store.base import Lease, Store
+from control_plane.store.base import Coordination, Lease
 
 __all__ = ["LeaseKeeper"]
 
@@ -27,7 +27,7 @@ class LeaseKeeper:
 
     def __init__(
         self,
-        store: Store,
+        store: Coordination,
         session_id: str,
         holder: str,
         ttl_s: float,

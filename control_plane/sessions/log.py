@@ -20,7 +20,7 @@ from typing import Any
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest
 from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, STATUS_EVENT_TYPES, SessionStatus
-from control_plane.store.base import Event, NewEvent, Order, Store
+from control_plane.store.base import Event, EventLog, NewEvent, Order
 
 __all__ = [
     "ANSWER_ID_FIELDS",
@@ -42,7 +42,7 @@ ANSWER_ID_FIELDS = {
 
 
 async def append_and_publish(
-    store: Store,
+    store: EventLog,
     bus: EventBus,
     session_id: str,
     events: Sequence[NewEvent],
@@ -66,7 +66,7 @@ class StatusView:
     since: datetime | None
 
 
-async def read_status(store: Store, session_id: str) -> StatusView:
+async def read_status(store: EventLog, session_id: str) -> StatusView:
     latest = await store.get_events(session_id, types=STATUS_EVENT_TYPES, order=Order.DESC, limit=1)
     if not latest:
         return StatusView(SessionStatus.IDLE, None)
@@ -82,7 +82,7 @@ def zero_usage() -> dict[str, Any]:
     }
 
 
-async def read_usage(store: Store, session_id: str) -> dict[str, Any]:
+async def read_usage(store: EventLog, session_id: str) -> dict[str, Any]:
     latest = await store.get_events(session_id, types=("session.usage",), order=Order.DESC, limit=1)
     if latest:
         usage = latest[0].payload.get("usage")
@@ -91,7 +91,7 @@ async def read_usage(store: Store, session_id: str) -> dict[str, Any]:
     return zero_usage()
 
 
-async def pending_answers(store: Store, session_id: str) -> frozenset[str]:
+async def pending_answers(store: EventLog, session_id: str) -> frozenset[str]:
     """The tool-use event ids the session waits on: those of its latest ``requires_action`` idle
     (if that is its status now) that no confirmation or result has answered since."""
     latest = await store.get_events(session_id, types=STATUS_EVENT_TYPES, order=Order.DESC, limit=1)
@@ -107,7 +107,7 @@ async def pending_answers(store: Store, session_id: str) -> frozenset[str]:
     return frozenset(waiting)
 
 
-async def check_answers(store: Store, session_id: str, events: Sequence[NewEvent], param: str) -> None:
+async def check_answers(store: EventLog, session_id: str, events: Sequence[NewEvent], param: str) -> None:
     """``InvalidRequest`` (nothing is written) if any event of the batch answers a tool use the
     session does not wait on, or answers one twice: an outside runner cannot make a tool run twice
     or put words in the mouth of a call that never happened."""

@@ -16,7 +16,7 @@ import json
 import logging
 from collections.abc import Iterable
 
-from control_plane.store.base import Order, Resource, Store
+from control_plane.store.base import Order, Resource, Resources
 from control_plane.vault.crypto import SealedSecret, seal, unseal
 from control_plane.vault.errors import DecryptionFailed, UnknownKey
 from control_plane.vault.keys import Keyring
@@ -37,7 +37,7 @@ def repository_aad(session_id: str, resource_id: str, url: str) -> bytes:
     return json.dumps(fields, separators=(",", ":"), ensure_ascii=True).encode()
 
 
-async def list_repositories(store: Store, session_id: str) -> list[Resource]:
+async def list_repositories(store: Resources, session_id: str) -> list[Resource]:
     """The session's repository resources, oldest first (at most a page: the API caps them)."""
     page = await store.list_resources(
         RESOURCE_KIND, filters={"session_id": session_id}, limit=100, order=Order.ASC
@@ -80,7 +80,7 @@ class RepositoryTokens:
         return tuple(out)
 
     @staticmethod
-    async def purge(store: Store, resources: Iterable[Resource]) -> None:
+    async def purge(store: Resources, resources: Iterable[Resource]) -> None:
         """Drop the sealed tokens of ``resources`` (crypto-shredding, when a session is archived)."""
         for res in resources:
             if res.body.get("sealed"):

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from datetime import datetime
 
-from control_plane.store.base import EdgeRecord, Store
+from control_plane.store.base import EdgeRecord, Identity
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.admission import refusal_message
 from outpost_wire.errors import ErrorCode
@@ -41,7 +41,7 @@ class EdgeRecheck:
     def __init__(
         self,
         registry: EdgeRegistry,
-        store: Store,
+        store: Identity,
         *,
         interval_s: float,
         clock: Callable[[], datetime],

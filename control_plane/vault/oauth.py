@@ -42,7 +42,7 @@ import httpx
 from control_plane.api.wire import timestamp
 from control_plane.errors import NotFound, VersionConflict
 from control_plane.outbound import OutboundGuard, OutboundRefused
-from control_plane.store.base import Resource, Store
+from control_plane.store.base import Resource, Resources
 from control_plane.vault.cipher import CredentialCipher
 from control_plane.vault.errors import RefreshFailed
 from control_plane.vault.material import SecretMaterial
@@ -92,7 +92,7 @@ def scrub(text: str, known_secrets: Iterable[str]) -> str:
 class OAuthRefresher:
     def __init__(
         self,
-        store: Store,
+        store: Resources,
         cipher: CredentialCipher,
         http: httpx.AsyncClient,
         clock: Callable[[], datetime],

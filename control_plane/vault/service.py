@@ -35,7 +35,7 @@ from typing import Any
 from control_plane.api.models import apply_metadata_patch, check_metadata
 from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
 from control_plane.outbound import OutboundGuard
-from control_plane.store.base import Order, Page, Resource, Store
+from control_plane.store.base import Order, Page, Resource, Resources
 from control_plane.vault.auth_rules import AuthChange, apply_auth_update, new_auth
 from control_plane.vault.binding import credential_aad, upstream_of
 from control_plane.vault.cipher import CredentialCipher
@@ -88,7 +88,7 @@ class RotationReport:
 class VaultService:
     def __init__(
         self,
-        store: Store,
+        store: Resources,
         keyring: Keyring,
         clock: Callable[[], datetime],
         *,
