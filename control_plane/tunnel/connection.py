@@ -122,10 +122,17 @@ class EdgeConnection:
         return self._session.reassembly_bytes
 
     @property
-    def free_capacity(self) -> int:
-        if self.hello is None:
-            return 0
-        return self.hello.sandbox_capacity - self.hello.sandboxes_in_use
+    def sandbox_capacity(self) -> int:
+        """The most sandboxes the edge's policy allows (from its hello; 0 before it)."""
+        return self.hello.sandbox_capacity if self.hello is not None else 0
+
+    @property
+    def heartbeat_seq(self) -> int:
+        """The sequence number of the edge's latest heartbeat on this connection (0: none yet).
+        It grows with every beat, so the gateway can tell whether the edge has reported its
+        sandboxes since it placed a session there."""
+        beat = self._session.last_peer_heartbeat
+        return beat.seq if beat is not None else 0
 
     # -- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:

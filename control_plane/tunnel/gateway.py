@@ -14,6 +14,12 @@ control-plane process the session goes back to the same edge. An edge that drops
 the next call provisions on another edge of the environment and the gateway records a
 :class:`SandboxMove`, which the harness reports in the session log (``take_move``).
 
+A session without a sandbox goes to the least-loaded edge of its environment, by live load: the
+sandboxes each edge last reported in a heartbeat plus the sessions this process placed there since
+(:mod:`control_plane.tunnel.placement`); never to a full edge while another has room. An edge that
+refuses a fresh placement for capacity (another process filled it) sends the call to the next
+edge; when every edge is full the call fails with ``RemoteError(CAPACITY_EXHAUSTED)``, saying so.
+
 No edge: a call for an environment with no connected edge waits up to ``edge_wait_s`` for one to
 connect (the call goes on as soon as one does), then fails. ``edges_connected`` tells the harness,
 before a call, that it is about to wait, so the session hears of it at once.
@@ -27,8 +33,10 @@ ran and failed is a ``ToolResult`` with ``is_error``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -38,6 +46,7 @@ from typing import Any, Protocol
 from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest, NotFound
 from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.connection import EdgeConnection
+from control_plane.tunnel.placement import PlacementBook
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, RemoteError
 from outpost_wire.frames import (
@@ -94,13 +103,15 @@ class EdgeGateway:
         *,
         sandbox_spec: Callable[[str, str], Awaitable[Provision]] | None = None,
         clock: Callable[[], float] = time.time,
+        rng: random.Random | None = None,
     ) -> None:
         """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
         limits, egress from its environment; its git repositories, with their tokens); sent with
         provisions and with every execute, so that a sandbox made lazily by the edge is made as
         the session says, and the edge always has the session's current repositories. Default:
-        the edge's defaults, no network, no repositories."""
+        the edge's defaults, no network, no repositories. ``rng`` breaks placement ties."""
         self._registry = registry
+        self._book = PlacementBook(rng)
         self._sandbox_spec = sandbox_spec
         self._config = config or GatewayConfig()
         self._clock = clock
@@ -202,7 +213,7 @@ class EdgeGateway:
             arguments_json=json.dumps(dict(arguments)),
             timeout_ms=int(timeout * 1000),
         )
-        conn = await self._pick_edge(session_id, environment_id, mcp_server=server)
+        conn, _ = await self._pick_edge(session_id, environment_id, mcp_server=server)
         outcome = await self._call_edge(
             conn.edge_id, session_id, op, idempotency_key, timeout + self._config.slack_s
         )
@@ -251,6 +262,10 @@ class EdgeGateway:
                 continue
             if isinstance(outcome, Destroyed):
                 existed = existed or outcome.existed
+                conn = self._registry.get(target)
+                if outcome.existed and conn is not None:
+                    self._book.destroyed(session_id, conn)
+                self._book.unplace(session_id, target)
             else:
                 raise _unexpected(outcome)
         await self._record_placement(session_id, None)
@@ -260,21 +275,50 @@ class EdgeGateway:
     async def _call(
         self, session_id: str, environment_id: str, op: Provision | Execute, key: str, timeout_s: float
     ) -> Outcome:
-        conn = await self._pick_edge(session_id, environment_id)
-        return await self._call_edge(conn.edge_id, session_id, op, key, timeout_s)
+        """Send ``op`` to the session's edge. A session placed afresh by this call that its new
+        edge refuses for capacity (another control-plane process filled it since its last
+        heartbeat, say) is placed again on another edge; the edge ran nothing."""
+        refused: set[str] = set()
+        while True:
+            conn, fresh = await self._pick_edge(session_id, environment_id, refused=frozenset(refused))
+            try:
+                outcome = await self._call_edge(conn.edge_id, session_id, op, key, timeout_s)
+            finally:
+                if fresh:
+                    self._book.answered(session_id, self._registry.get(conn.edge_id) or conn)
+            if fresh and isinstance(outcome, Failure) and outcome.code is ErrorCode.CAPACITY_EXHAUSTED:
+                log.info(
+                    "session %s: edge %s is full (%s); placing the session on another edge",
+                    session_id,
+                    conn.edge_id,
+                    outcome.message,
+                )
+                refused.add(conn.edge_id)
+                self._book.unplace(session_id, conn.edge_id)
+                continue
+            return outcome
 
     async def _pick_edge(
-        self, session_id: str, environment_id: str, *, mcp_server: str | None = None
-    ) -> EdgeConnection:
+        self,
+        session_id: str,
+        environment_id: str,
+        *,
+        mcp_server: str | None = None,
+        refused: frozenset[str] = frozenset(),
+    ) -> tuple[EdgeConnection, bool]:
+        """The session's edge, and whether the session was placed there just now (no sandbox of
+        it there yet). ``refused``: edges that refused this call's fresh placement for capacity."""
         if self.draining:
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if mcp_server is not None:
-            return await self._pick_mcp_edge(session_id, environment_id, mcp_server)
+            return await self._pick_mcp_edge(session_id, environment_id, mcp_server), False
         loop = asyncio.get_running_loop()
         started = loop.time()
         edge_id = self._sticky.get(session_id)
         if edge_id is None:
             edge_id = await self._durable_edge(session_id)
+        if edge_id in refused:
+            edge_id = None  # this call placed it there a moment ago, and the edge was full
         if edge_id is not None:
             await self._check_environment(session_id, edge_id, environment_id)
         left_because = ""
@@ -282,7 +326,7 @@ class EdgeGateway:
             conn, drained = await self._await_edge(edge_id)
             if conn is not None:
                 self._sticky[session_id] = edge_id
-                return conn
+                return conn, False
             grace = f"{self._config.reconnect_grace_s:g} s"
             left_because = (
                 f"edge {edge_id} shut down and did not come back within {grace}"
@@ -291,8 +335,9 @@ class EdgeGateway:
             )
             log.warning("session %s: %s; moving the session to another edge", session_id, left_because)
             self._sticky.pop(session_id, None)
+            self._book.unplace(session_id, edge_id)
         candidates = [c for c in self._registry.for_environment(environment_id) if not c.draining]
-        if not candidates:
+        if not candidates and not refused:
             # The wait for the session's own edge (above) counts against edge_wait_s.
             budget = max(0.0, self._config.edge_wait_s - (loop.time() - started))
             waited = await self._registry.wait_for_environment(environment_id, budget)
@@ -303,13 +348,24 @@ class EdgeGateway:
                 f"{loop.time() - started:.1f} s for one to connect, edge_wait_s)",
                 environment_id,
             )
-        conn = max(candidates, key=lambda c: c.free_capacity)
+        open_to = [c for c in candidates if c.edge_id not in refused]
+        chosen = self._book.choose(open_to)
+        if chosen is None:
+            if refused:  # its placement of a moment ago was refused: the next call places afresh
+                self._sticky.pop(session_id, None)
+                await self._record_placement(session_id, None)
+            raise _all_full(environment_id, candidates, refused, self._book)
+        conn = chosen
         self._sticky[session_id] = conn.edge_id
-        if conn.edge_id != edge_id:
-            await self._record_placement(session_id, conn.edge_id)
-            if edge_id is not None:
-                self._moved(session_id, SandboxMove(edge_id, conn.edge_id, left_because))
-        return conn
+        if conn.edge_id == edge_id:
+            return conn, False  # its edge came back while this call waited: nothing moved
+        self._book.placed(session_id, conn)  # before any await: the next pick counts it
+        await self._record_placement(session_id, conn.edge_id)
+        if edge_id is not None:
+            self._moved(session_id, SandboxMove(edge_id, conn.edge_id, left_because))
+        elif refused and session_id in self._moves:  # the move of this call goes further
+            self._moves[session_id] = dataclasses.replace(self._moves[session_id], to_edge_id=conn.edge_id)
+        return conn, True
 
     def _moved(self, session_id: str, move: SandboxMove) -> None:
         """Keep the move for the harness to report (``take_move``); subclasses count it."""
@@ -474,6 +530,24 @@ class EdgeGateway:
             ) from None
         finally:
             self._registry.forget(request.request_id)
+
+
+def _all_full(
+    environment_id: str,
+    candidates: Sequence[EdgeConnection],
+    refused: frozenset[str],
+    book: PlacementBook,
+) -> RemoteError:
+    """The typed error of a placement with no room: ``capacity_exhausted``, as an edge's own."""
+    loads = [(c.edge_id, book.load(c)) for c in candidates]
+    capacity = sum(load.capacity for _, load in loads)
+    used = sum(load.capacity if e in refused else min(load.certain, load.capacity) for e, load in loads)
+    note = f"; {len(refused)} refused the session just now" if refused else ""
+    return RemoteError(
+        ErrorCode.CAPACITY_EXHAUSTED,
+        f"every edge of environment {environment_id} is full: {len(candidates)} edge(s), "
+        f"{used} of {capacity} sandboxes in use or being made{note}",
+    )
 
 
 def _unexpected(outcome: Outcome) -> RemoteError:

@@ -6,8 +6,11 @@ timeout (``auto_grpc_connect_timeout_s``), then WebSocket; the one that connects
 the state directory. A refusal of the edge's identity ends the attempt at once: the other
 transport would be refused too.
 
-Several control-plane addresses (``Endpoint``): ``connect`` starts at the current one and tries
-each in turn, keeping the one that connected; ``rotate`` moves on to the next (the link calls it
+Several control-plane addresses (``Endpoint``): the first one dialled is chosen from the edge's
+id (:func:`first_endpoint`; stable across restarts, different from edge to edge) so that a fleet
+of edges spreads over the control-plane replicas instead of all crowding the first address
+(``control_plane.address_order: in_order`` keeps the first). ``connect`` starts at the current one
+and tries each in turn, keeping the one that connected; ``rotate`` moves on to the next (the link calls it
 when the control plane it was connected to drained) and says whether to dial it at once: not when
 there is no other address, nor when that one drained this edge within ``drain_memory_s`` too (every
 address is draining: the link then backs off instead of hopping between them in a loop).
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
 import logging
 import os
 import time
@@ -42,7 +46,7 @@ from edge_agent.identity import Identity
 if TYPE_CHECKING:  # config imports the MCP package, which uses this package's backoff
     from edge_agent.config import ConnectionConfig, EdgeConfig
 
-__all__ = ["Dialer", "Endpoint", "Route", "endpoint_routes", "endpoints_for"]
+__all__ = ["Dialer", "Endpoint", "Route", "endpoint_routes", "endpoints_for", "first_endpoint"]
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +78,16 @@ def endpoints_for(config: EdgeConfig, identity: Identity | None) -> list[Endpoin
     if not endpoint.tunnel_address and config.connection.transport == "grpc":
         raise ConfigError("no tunnel address: set control_plane.tunnel_address in the config")
     return [endpoint]
+
+
+def first_endpoint(edge_id: str, count: int) -> int:
+    """The index of the control-plane address an edge dials first, of ``count``: from a hash of
+    its id, so the same edge starts at the same address after a restart and a fleet's edges
+    spread evenly over the addresses."""
+    if count <= 1:
+        return 0
+    digest = hashlib.sha256(edge_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % count
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,11 +174,13 @@ class Dialer:
         drain_memory_s: float = 30.0,
         monotonic: Callable[[], float] = time.monotonic,
         remember: bool = True,
+        first: int = 0,
     ) -> None:
         """The first endpoint is ``tunnel_address`` / ``control_plane_url``; ``more_endpoints``
-        follow it. ``remember``: keep the transport that worked in ``state_dir`` (``auto``; the
-        doctor does not). Raises ConfigError when the chosen transport has no address or the
-        proxy URL is invalid."""
+        follow it. ``first``: the index of the endpoint dialled first (the order after it is the
+        list's, wrapping round). ``remember``: keep the transport that worked in ``state_dir``
+        (``auto``; the doctor does not). Raises ConfigError when the chosen transport has no
+        address or the proxy URL is invalid."""
         self._remember = remember
         self._identity = identity
         self._config = config
@@ -177,7 +193,9 @@ class Dialer:
             _target(endpoint, config, env)
             for endpoint in (Endpoint(tunnel_address, control_plane_url), *more_endpoints)
         ]
-        self._index = 0
+        if not 0 <= first < len(self._targets):
+            raise ValueError(f"first endpoint {first} of {len(self._targets)}")
+        self._index = first
         self._drain_memory_s = drain_memory_s
         self._monotonic = monotonic
         self._drained_at: dict[int, float] = {}  # endpoint index -> when it last drained this edge
@@ -199,8 +217,10 @@ class Dialer:
         env: Mapping[str, str] | None = None,
         remember: bool = True,
     ) -> Dialer:
-        """The dialer of an edge with this config and identity (:func:`endpoints_for`)."""
+        """The dialer of an edge with this config and identity (:func:`endpoints_for`), starting
+        at :func:`first_endpoint` of them unless ``control_plane.address_order`` is ``in_order``."""
         endpoints = endpoints_for(config, identity)
+        spread = config.control_plane.address_order == "spread"
         return cls(
             identity=identity,
             config=config.connection,
@@ -212,6 +232,7 @@ class Dialer:
             tls_server_name=config.control_plane.tls_server_name,
             env=env,
             remember=remember,
+            first=first_endpoint(identity.edge_id, len(endpoints)) if spread else 0,
         )
 
     def routes(self, index: int | None = None) -> list[Route]:

@@ -109,11 +109,15 @@ class Link:
         clock: Callable[[], float] = time.monotonic,
         rng: random.Random | None = None,
         on_peer_drain: Callable[[], bool | None] | None = None,
+        sandboxes_in_use: Callable[[], int] | None = None,
     ) -> None:
         """``on_peer_drain``: called once when the control plane announces a drain; the dialer
         moves on to another control-plane address (``Dialer.rotate``) and returns whether that one
         is worth dialling at once (``None`` counts as yes). Without it, the link waits for the
-        control plane to close the tunnel and reconnects after the usual backoff."""
+        control plane to close the tunnel and reconnects after the usual backoff.
+        ``sandboxes_in_use``: read after every request and timer tick, so that each heartbeat
+        reports the edge's live sandboxes (the control plane places new sessions by it)."""
+        self._sandboxes_in_use = sandboxes_in_use
         self._connect = connect
         self._on_peer_drain = on_peer_drain
         self._hello = hello
@@ -265,7 +269,12 @@ class Link:
                     return
             timer.poke()  # after frames went out the next heartbeat is due later, never earlier
 
+    def _report_sandboxes(self) -> None:
+        if self._sandboxes_in_use is not None:
+            self.session.sandboxes_in_use = self._sandboxes_in_use()
+
     def _process_events(self) -> None:
+        self._report_sandboxes()  # runs after every tick: the next heartbeat carries it
         for event in self.session.events_received():
             if isinstance(event, WelcomeReceived):
                 if self.state is LinkState.HANDSHAKING:
@@ -366,6 +375,7 @@ class Link:
 
     def _request_done(self, task: asyncio.Task[None]) -> None:
         self._requests.discard(task)
+        self._report_sandboxes()  # a request makes and destroys sandboxes
         self._leave_if_drained()  # its result is acked already if the ack beat this callback
 
     async def _serve_request(self, request: Request) -> None:

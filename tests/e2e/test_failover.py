@@ -123,7 +123,8 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
                             "addresses": [
                                 {"tunnel_address": cp_a.tunnel_address, "url": cp_a.url},
                                 {"tunnel_address": cp_b.tunnel_address, "url": cp_b.url},
-                            ]
+                            ],
+                            "address_order": "in_order",  # start on A, the process this test stops
                         },
                         "sandbox": {"name_prefix": NAME_PREFIX},
                         "connection": {

@@ -157,9 +157,11 @@ async def running_link(
     handler: RequestHandler | None = None,
     *,
     sandbox_capacity: int = 2,
+    sandboxes_in_use: Callable[[], int] | None = None,
 ) -> AsyncIterator[Link]:
     """The edge's link, running in a task (with a ``FakeHandler`` unless given a handler); drained
-    and cancelled at exit. A control plane's drain moves it to the dialer's next address, if any."""
+    and cancelled at exit. A control plane's drain moves it to the dialer's next address, if any.
+    ``sandboxes_in_use``: what its heartbeats report (default: 0)."""
 
     def hello() -> Hello:
         return Hello(
@@ -180,6 +182,7 @@ async def running_link(
         handler=FakeHandler() if handler is None else handler,
         config=config,
         on_peer_drain=dialer.rotate,
+        sandboxes_in_use=sandboxes_in_use,
         session_config=SessionConfig(
             heartbeat_interval_s=config.heartbeat_interval_s, heartbeat_timeout_s=config.heartbeat_timeout_s
         ),

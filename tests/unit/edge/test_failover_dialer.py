@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
 
 from edge_agent.config import ConnectionConfig, EdgeConfig
-from edge_agent.connection.dialer import Dialer, Endpoint, _Target
+from edge_agent.connection.dialer import Dialer, Endpoint, _Target, first_endpoint
 from edge_agent.connection.transport import Transport, TransportError
 from edge_agent.identity import Identity
 
@@ -87,3 +89,48 @@ def test_addresses_config() -> None:
         EdgeConfig.model_validate({"control_plane": {**cfg, "tunnel_address": "c:1"}})
     with pytest.raises(ValueError, match="needs tunnel_address"):
         EdgeConfig.model_validate({"control_plane": {"addresses": [{}]}})
+
+
+def _fleet_dialer(tmp_path: Path, edge_id: str, order: str = "spread") -> Dialer:
+    addresses = [{"tunnel_address": f"127.0.0.1:{1001 + i}"} for i in range(3)]
+    config = EdgeConfig.model_validate(
+        {
+            "state_dir": str(tmp_path),
+            "control_plane": {"addresses": addresses, "address_order": order},
+            "connection": {"transport": "grpc"},
+        }
+    )
+    identity = cast(Identity, SimpleNamespace(edge_id=edge_id))
+    return Dialer.for_config(config, identity, max_frame_bytes=1 << 20, env={}, remember=False)
+
+
+def test_a_fleet_spreads_over_the_addresses_and_each_edge_keeps_its_start(tmp_path: Path) -> None:
+    starts = Counter(_fleet_dialer(tmp_path, f"edge_{i:04d}").endpoint_index for i in range(300))
+    assert sorted(starts) == [0, 1, 2]
+    assert all(70 <= n <= 130 for n in starts.values()), starts  # about 100 each
+    assert _fleet_dialer(tmp_path, "edge_0042").endpoint_index == first_endpoint("edge_0042", 3)
+    assert {_fleet_dialer(tmp_path, "edge_0042").endpoint_index for _ in range(5)} == {
+        first_endpoint("edge_0042", 3)
+    }  # stable: a restarted edge goes back to the same address first
+
+
+async def test_after_its_start_an_edge_fails_over_in_list_order(tmp_path: Path) -> None:
+    edge_id = next(f"edge_{i}" for i in range(100) if first_endpoint(f"edge_{i}", 3) == 2)
+    dialer = _fleet_dialer(tmp_path, edge_id)
+    tried: list[str | None] = []
+
+    async def fake(target: _Target) -> Transport:
+        tried.append(target.tunnel_address)
+        if target.tunnel_address != "127.0.0.1:1002":
+            raise TransportError("refused")
+        return cast(Transport, object())
+
+    dialer._connect_target = fake  # type: ignore[method-assign]
+    await dialer.connect()
+    assert tried == ["127.0.0.1:1003", "127.0.0.1:1001", "127.0.0.1:1002"]
+    assert dialer.endpoint_index == 1
+
+
+def test_in_order_starts_at_the_first_address(tmp_path: Path) -> None:
+    assert {_fleet_dialer(tmp_path, f"edge_{i}", "in_order").endpoint_index for i in range(20)} == {0}
+    assert first_endpoint("edge_1", 1) == 0
