@@ -5,7 +5,9 @@ Example (every key optional except ``control_plane``)::
     control_plane:
       url: https://outpost.example.com        # HTTP API, used by `outpost-edge register`
       tunnel_address: outpost.example.com:7443
-      # or several control-plane processes, tried in order; a draining one sends the edge on:
+      # or several control-plane processes (each edge starts at one picked from its id, then
+      # tries them in turn; `address_order: in_order` starts at the first); a draining one sends
+      # the edge on:
       # addresses:
       #   - {tunnel_address: cp-a.example.com:7443, url: https://cp-a.example.com}
       #   - {tunnel_address: cp-b.example.com:7443, url: https://cp-b.example.com}
@@ -14,6 +16,7 @@ Example (every key optional except ``control_plane``)::
     policy_file: /etc/outpost-edge/policy.yaml   # or an inline `policy:` section
     sandbox:
       idle_pause_s: 30
+      warm_pool_size: 1        # paused sandboxes ready for new sessions; 0: none
     connection:
       transport: auto          # grpc | websocket | auto (gRPC, else WebSocket on control_plane.url)
       heartbeat_interval_s: 3
@@ -95,9 +98,17 @@ class ControlPlaneConfig(_Strict):
     )
     addresses: tuple[ControlPlaneAddress, ...] = Field(
         (),
-        description="Several control-plane processes, tried in order: the edge moves to the next one when a "
+        description="Several control-plane processes, tried in turn from the one `address_order` picks: "
+        "the edge moves to the next one when a "
         "connection attempt fails, and at once when the one it is connected to drains. Not with "
         "`tunnel_address`.",
+    )
+    address_order: Literal["spread", "in_order"] = Field(
+        "spread",
+        description="Which of `addresses` an edge dials first: `spread` starts at one chosen from the "
+        "edge's id (stable across restarts, different from edge to edge, so a fleet spreads over the "
+        "control-plane replicas), `in_order` at the first (a primary with standbys). Either way the "
+        "edge then goes through the list in order.",
     )
 
     @model_validator(mode="after")
@@ -205,6 +216,19 @@ class SandboxConfig(_Strict):
         None,
         description="The Docker engine, e.g. `unix:///var/run/docker.sock`; `null`: the Docker SDK's default "
         "(`DOCKER_HOST`, else the local socket).",
+    )
+    warm_pool_size: int = Field(
+        1,
+        ge=0,
+        le=1024,
+        description="Paused sandboxes kept ready for new sessions, so that a session's first tool call "
+        "costs a claim and a resume instead of a container start (0 turns the pool off). Capped by the "
+        "policy's `max_sandboxes`; members use only free slots (a cold start on a full edge removes "
+        "one) and are not counted in the sandboxes reported to the control plane. Members are made "
+        "like the environment's sandboxes (the policy's defaults, then the last session's spec); a "
+        "session with another spec or with repositories starts cold. A member is never reused: "
+        "claimed, it is the session's until destroyed, and the pool refills in the background (from a "
+        "second after a claim).",
     )
 
 

@@ -149,6 +149,7 @@ class EdgeAgent:
             git=self.git,
             on_provisioned=self.metrics.sandbox_provisioned,
             workspace_quota_bytes=self.policy.limits.max_workspace_mb * 1024 * 1024,
+            warm_pool_size=cfg.sandbox.warm_pool_size,
         )
         await self.manager.start()
         if cfg.mcp_servers:
@@ -161,6 +162,7 @@ class EdgeAgent:
             handler=self.metrics.instrument(dispatcher),
             config=cfg.connection,
             on_peer_drain=self.dialer.rotate,
+            sandboxes_in_use=lambda: self.manager.in_use() if self.manager else 0,
             session_config=SessionConfig(
                 heartbeat_interval_s=cfg.connection.heartbeat_interval_s,
                 heartbeat_timeout_s=cfg.connection.heartbeat_timeout_s,
@@ -185,12 +187,13 @@ class EdgeAgent:
         )
         self._tasks.append(asyncio.create_task(supervise, name="edge-sdnotify"))
         log.info(
-            "edge %s (%s) started: tunnel %s, policy %s, up to %d sandboxes",
+            "edge %s (%s) started: tunnel %s, policy %s, up to %d sandboxes, warm pool of %d",
             self.edge_id,
             cfg.name,
             self.tunnel_address,
             self.policy.digest(),
             self.policy.max_sandboxes,
+            min(cfg.sandbox.warm_pool_size, self.policy.max_sandboxes),
         )
 
     async def _start_observe(self) -> None:

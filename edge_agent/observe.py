@@ -49,8 +49,9 @@ __all__ = ["PROVISION_KINDS", "EdgeMetrics", "MeteredHandler", "ObserveServer", 
 log = logging.getLogger(__name__)
 
 OTHER = "other"  # the label for names outside a known set (keeps label cardinality bounded)
-#: ``kind`` of the provisioning histogram: a new container, or a paused/detached one made ready.
-PROVISION_KINDS = ("cold", "resume")
+#: ``kind`` of the provisioning histogram: a new container, a warm-pool member claimed, or a
+#: paused/detached one made ready.
+PROVISION_KINDS = ("cold", "claim", "resume")
 #: Provisioning buckets: a resume takes milliseconds, a cold start with a clone up to minutes.
 _PROVISION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -75,9 +76,11 @@ class EdgeMetrics:
     * ``outpost_edge_revoked`` 1 once the control plane refused this edge's identity for good
     * ``outpost_edge_tunnel_handshakes_total``, ``outpost_edge_tunnel_reconnects_total``
     * ``outpost_edge_requests_in_flight``
-    * ``outpost_edge_sandboxes_live``, ``outpost_edge_sandbox_capacity``
+    * ``outpost_edge_sandboxes_live``, ``outpost_edge_sandboxes_pooled`` (warm pool, not in
+      ``live``), ``outpost_edge_sandbox_capacity``
     * ``outpost_edge_sandbox_provision_duration_seconds{kind}`` (histogram; ``cold``: a new
-      container until its channel is open, ``resume``: a paused or detached one made ready)
+      container until its channel is open, ``claim``: a warm-pool member taken and resumed,
+      ``resume``: a paused or detached one made ready)
     * ``outpost_edge_tool_calls_total{tool,outcome}``,
       ``outpost_edge_tool_call_duration_seconds{tool,outcome}`` (histogram)
     * ``outpost_edge_mcp_calls_total{server,outcome}``,
@@ -256,6 +259,11 @@ class EdgeMetrics:
             "outpost_edge_sandboxes_live",
             "Sandboxes this edge holds (running or paused).",
             float(manager.in_use() if manager is not None else 0),
+        )
+        yield _gauge(
+            "outpost_edge_sandboxes_pooled",
+            "Paused warm-pool sandboxes ready for new sessions (not in sandboxes_live).",
+            float(manager.pooled() if manager is not None else 0),
         )
         yield _gauge(
             "outpost_edge_sandbox_capacity", "The most sandboxes this edge's policy allows.", self._capacity

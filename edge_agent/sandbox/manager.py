@@ -28,6 +28,15 @@ repositories, its :class:`~edge_agent.git.GitService` clones each one into the w
 sandbox runs anything (a mount path that already has files is left alone); a clone failure
 discards the new container and raises the typed :class:`~edge_agent.errors.RepositoryError`. Every
 call refreshes the session's entries in the git relay, which the egress proxy serves.
+
+Warm pool (:mod:`.pool`, ``warm_pool_size``): a session without a workspace yet whose limits match
+the pool's template claims a paused member instead of starting a container: the claim is recorded
+in the session's claim volume, the member is unpaused (and renamed after the session) and its
+open channel is used at once; the member's volume is the session's workspace from then on (a
+replacement container mounts it, ``destroy`` removes it). Pool members are not sessions'
+sandboxes: :meth:`SandboxManager.in_use` (reported to the control plane) counts only sessions',
+:meth:`SandboxManager.pooled` the members. Containers of both kinds share ``max_sandboxes``: the
+pool only grows into free slots, and a cold start that finds the edge full evicts a member.
 """
 
 from __future__ import annotations
@@ -35,8 +44,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -47,16 +57,23 @@ from ..egress import EgressController, EgressMode, EgressSpec, ProxyLimits, Reso
 from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
+from .pool import PoolMember, WarmPool
 from .runtime import ContainerRecord, DockerRuntime
 from .sandboxd import QUOTA_ENV
 from .spec import (
+    LABEL_CLAIMED,
     LABEL_EDGE_ID,
     LABEL_EGRESS,
     LABEL_EGRESS_PROXY,
     LABEL_MANAGED,
+    LABEL_POOL,
     LABEL_SESSION_ID,
+    LABEL_WORKSPACE,
     SandboxLimits,
     SandboxSpec,
+    claim_labels,
+    claim_volume_name,
+    container_name,
     network_name,
     sandbox_labels,
     volume_name,
@@ -87,6 +104,8 @@ class ReconcileReport:
     reattached: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     networks_removed: list[str] = field(default_factory=list)
+    #: volumes of warm-pool members of a previous run that no session claimed
+    volumes_removed: list[str] = field(default_factory=list)
 
 
 class _Sandbox:
@@ -179,13 +198,17 @@ class SandboxManager:
         git: GitService | None = None,
         on_provisioned: Callable[[str, float], None] | None = None,
         workspace_quota_bytes: int = 0,
+        warm_pool_size: int = 0,
     ) -> None:
         """``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
         the default is the host's resolver). ``git``: clones repositories and relays pull/push
         (owned by the caller, who closes it after the manager); None = repositories are refused.
         ``on_provisioned(kind, seconds)``: told each time a sandbox was made ready for a call,
-        ``cold`` (a new container, up to its open channel) or ``resume`` (a paused or detached one).
-        ``workspace_quota_bytes``: the soft size quota sandboxd enforces on ``/workspace`` (0 = none)."""
+        ``cold`` (a new container, up to its open channel), ``claim`` (a warm-pool member taken) or
+        ``resume`` (a paused or detached one).
+        ``workspace_quota_bytes``: the soft size quota sandboxd enforces on ``/workspace`` (0 = none).
+        ``warm_pool_size``: paused sandboxes kept ready for new sessions (0 = no pool), at most
+        ``max_sandboxes``; see :mod:`.pool`."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -194,6 +217,8 @@ class SandboxManager:
             raise ValueError("idle_pause_s must be positive")
         if workspace_quota_bytes < 0:
             raise ValueError("workspace_quota_bytes must not be negative")
+        if warm_pool_size < 0:
+            raise ValueError("warm_pool_size must not be negative")
         self._runtime = runtime
         self._edge_id = edge_id
         self._idle_pause_s = idle_pause_s
@@ -214,6 +239,7 @@ class SandboxManager:
         self._on_provisioned = on_provisioned
         self._workspace_quota_bytes = workspace_quota_bytes
         self._sandboxes: dict[str, _Sandbox] = {}
+        self._workspaces: dict[str, str] = {}  # session id -> its workspace volume, once it has one
         self._locks = _SessionLocks()
         self._reserved = 0  # creations in progress, counted against max_sandboxes
         self._idle_task: asyncio.Task[None] | None = None
@@ -222,6 +248,20 @@ class SandboxManager:
         self.call_grace_s = 5.0  # how much longer than the tool's own timeout we wait for an answer
         self.user = "1000:1000"
         self.workdir = "/workspace"
+        self._background: set[asyncio.Task[None]] = set()
+        self._pool_token = secrets.token_hex(8)  # this manager's pool members carry it
+        self._pool: WarmPool | None = None
+        if warm_pool_size:
+            self._pool = WarmPool(
+                runtime,
+                self._egress,
+                size=min(warm_pool_size, max_sandboxes),
+                edge_id=edge_id,
+                prefix=name_prefix,
+                open_channel=self._open_channel,
+                room=self._pool_has_room,
+                token=self._pool_token,
+            )
 
     # lifecycle -------------------------------------------------------------------------------
 
@@ -249,12 +289,19 @@ class SandboxManager:
                 len(report.removed),
             )
         self._idle_task = asyncio.create_task(self._idle_loop(), name=f"sandbox-idle-{self._edge_id}")
+        if self._pool is not None:
+            self._pool.start(self.default_limits)
 
     async def close(self) -> None:
-        """Stop the idle loop and close every channel. Containers are kept (see :meth:`reconcile`)."""
+        """Stop the idle loop, remove the warm pool's members and close every channel. Sessions'
+        containers are kept (see :meth:`reconcile`)."""
         if self._closed:
             return
         self._closed = True
+        if self._pool is not None:
+            await self._pool.close()
+            await self._sweep_pool()
+        await asyncio.gather(*self._background, return_exceptions=True)
         if self._idle_task is not None:
             self._idle_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -263,6 +310,32 @@ class SandboxManager:
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
         self._sandboxes.clear()
         await self._egress.close()
+
+    async def _sweep_pool(self) -> None:
+        """Remove any unclaimed container or volume with this manager's pool token that the pool
+        lost track of (one whose removal failed, or that Docker finished making as it closed).
+        A claimed member's volume is its session's workspace: it and its container stay."""
+        workspaces = set(self._workspaces.values())
+        labels = {**self._edge_labels, LABEL_POOL: self._pool_token}
+        try:
+            for record in await self._runtime.list_containers(labels):
+                if record.labels.get(LABEL_WORKSPACE) not in workspaces:
+                    await self._remove_quietly(record.id)
+            for name in await self._runtime.list_volumes(labels):
+                if name not in workspaces:
+                    with contextlib.suppress(SandboxUnavailable):
+                        await self._runtime.remove_volume(name)
+        except SandboxUnavailable as exc:
+            log.warning("warm pool: could not sweep its members: %s", exc)
+
+    def _held(self) -> int:
+        """Containers counted against ``max_sandboxes``: sessions', being made or claimed, pooled."""
+        pool = self._pool
+        pooled = pool.ready + pool.creating if pool is not None else 0
+        return len(self._sandboxes) + self._reserved + pooled
+
+    def _pool_has_room(self) -> bool:
+        return not self._closed and self._held() < self._max_sandboxes
 
     @property
     def egress(self) -> EgressController:
@@ -285,10 +358,27 @@ class SandboxManager:
         """
         self._check_open()
         report = ReconcileReport()
+        volumes = await self._runtime.list_volume_labels(self._edge_labels)
+        claims: dict[str, str] = {}  # claimed pool member (container id) -> session id
+        for name, labels in volumes.items():
+            sid = labels.get(LABEL_SESSION_ID)
+            if not sid:
+                continue
+            if labels.get(LABEL_CLAIMED) and labels.get(LABEL_WORKSPACE):
+                claims[labels[LABEL_CLAIMED]] = sid
+                self._workspaces[sid] = labels[LABEL_WORKSPACE]  # a claim names the workspace
+            elif sid not in self._workspaces:
+                self._workspaces[sid] = name
         records = await self._runtime.list_containers(self._edge_labels)
         alive: dict[str, list[ContainerRecord]] = {}
         for record in records:
-            session_id = record.labels.get(LABEL_SESSION_ID)
+            session_id = record.labels.get(LABEL_SESSION_ID) or claims.get(record.id)
+            pool_token = record.labels.get(LABEL_POOL)
+            if pool_token is not None and record.id not in claims:
+                # An unclaimed warm-pool member: ours (in the pool now), or stale: never adopted.
+                if pool_token != self._pool_token and await self._remove_quietly(record.id):
+                    report.removed.append(record.id)
+                continue
             if record.state in _ALIVE_STATES and session_id:
                 alive.setdefault(session_id, []).append(record)
             elif await self._remove_quietly(record.id):
@@ -300,6 +390,15 @@ class SandboxManager:
         for session_id, rows in alive.items():
             async with self._locks.hold(session_id):
                 await self._adopt(session_id, rows, report)
+        workspaces = set(self._workspaces.values())
+        for name, labels in volumes.items():
+            token = labels.get(LABEL_POOL)
+            if token is not None and token != self._pool_token and name not in workspaces:
+                with contextlib.suppress(SandboxUnavailable):
+                    if await self._runtime.remove_volume(name):
+                        report.volumes_removed.append(name)
+        if self._pool is not None:
+            self._pool.wake()
         if not self._reserved:  # a sandbox being created may be on a network nobody else uses yet
             in_use = {sb.network for sb in self._sandboxes.values() if sb.network}
             report.networks_removed = await self._egress.collect(in_use)
@@ -389,17 +488,28 @@ class SandboxManager:
             except SandboxUnavailable as exc:
                 log.info("sandbox %s of session %s is gone (%s); replacing it", sb.short_id, session_id, exc)
                 await self._discard(sb)
+        pool = self._pool
+        if pool is not None and session_id not in self._workspaces:  # a new session: claim?
+            member = pool.take(limits)
+            if member is not None:
+                started = time.monotonic()
+                self._reserved += 1  # neither the pool's nor the session's yet: still counted
+                try:
+                    claimed = await _finish(self._claim(session_id, member, limits))
+                except SandboxUnavailable as exc:
+                    log.warning("session %s: pooled sandbox %s failed: %s", session_id, member.short_id, exc)
+                else:
+                    self._provisioned("claim", started)
+                    return claimed, False
+                finally:
+                    self._reserved -= 1
+                    pool.wake()  # refill
         started = time.monotonic()
-        task = asyncio.ensure_future(self._create(session_id, limits))
-        try:
-            created = await asyncio.shield(task)
-            self._provisioned("cold", started)
-            return created, False
-        except asyncio.CancelledError:
-            # Let the creation finish so the container is tracked, not leaked; then give up.
-            with contextlib.suppress(BaseException):
-                await task
-            raise
+        created = await _finish(self._create(session_id, limits))
+        self._provisioned("cold", started)
+        if pool is not None and not pool.matches(limits):
+            pool.retarget(limits)  # this environment's sandboxes look like this one now
+        return created, False
 
     def _provisioned(self, kind: str, started: float) -> None:
         if self._on_provisioned is not None:
@@ -421,7 +531,66 @@ class SandboxManager:
         if sb.channel is None:
             sb.channel = await self._open_channel(sb.container_id)
 
+    async def _claim(self, session_id: str, member: PoolMember, limits: SandboxLimits) -> _Sandbox:
+        """Make the pool ``member`` the session's sandbox: record the claim, resume it. On any
+        failure the member is removed (never returned to the pool) and the error raised."""
+        cid = member.container_id
+        marker = claim_volume_name(self._prefix, session_id)
+        channel, member.channel = member.channel, None
+        address = ""
+        try:
+            outcomes = await asyncio.gather(
+                self._runtime.ensure_volume(
+                    marker, claim_labels(self._edge_id, session_id, cid, member.volume)
+                ),
+                self._runtime.unpause(cid),
+                return_exceptions=True,
+            )
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            if limits.egress.mode is EgressMode.ALLOWLIST:
+                address = await self._egress.grant_container(cid, session_id, limits.egress)
+            if channel is None or channel.closed:
+                if channel is not None:
+                    await channel.close()
+                channel = None
+                channel = await self._open_channel(cid)
+        except BaseException:
+            if address:
+                self._egress.revoke(address, session_id)
+            if channel is not None:
+                await channel.close()
+            await self._remove_quietly(cid)
+            for volume in (marker, member.volume):
+                with contextlib.suppress(SandboxUnavailable):
+                    await self._runtime.remove_volume(volume)
+            raise
+        sb = _Sandbox(
+            session_id, cid, member.image, egress=limits.egress, network=member.network, address=address
+        )
+        sb.channel = channel
+        self._sandboxes[session_id] = sb
+        self._workspaces[session_id] = member.volume
+        # Named after the session for operators (`docker ps`), off the claim's critical path.
+        self._in_background(self._rename(cid, container_name(self._prefix, session_id)))
+        log.debug("session %s: claimed pooled sandbox %s", session_id, sb.short_id)
+        return sb
+
+    async def _rename(self, container_id: str, name: str) -> None:
+        try:
+            await self._runtime.rename(container_id, name)
+        except SandboxUnavailable as exc:
+            log.info("sandbox %s keeps its pool name: %s", container_id[:12], exc)
+
+    def _in_background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
     async def _create(self, session_id: str, limits: SandboxLimits) -> _Sandbox:
+        if self._pool is not None:
+            await self._pool.settle()
         in_use = len(self._sandboxes) + self._reserved
         if in_use >= self._max_sandboxes:
             raise CapacityExhausted(
@@ -429,6 +598,9 @@ class SandboxManager:
             )
         self._reserved += 1
         try:
+            while self._pool is not None and self._held() > self._max_sandboxes:
+                if not await self._pool.evict():  # idle pool members never hold a session's slot
+                    break
             attachment = await self._egress.attachment(limits.egress)
             spec = SandboxSpec.for_session(
                 prefix=self._prefix,
@@ -438,8 +610,11 @@ class SandboxManager:
                 network=attachment.network if attachment else "",
                 env=attachment.env if attachment else None,
                 proxy_url=attachment.proxy_url if attachment else "",
+                volume=self._workspaces.get(session_id, ""),
             )
-            await self._runtime.ensure_volume(spec.volume, sandbox_labels(self._edge_id, session_id))
+            if spec.volume == volume_name(self._prefix, session_id):
+                await self._runtime.ensure_volume(spec.volume, sandbox_labels(self._edge_id, session_id))
+            self._workspaces[session_id] = spec.volume
             container_id = await self._runtime.create_container(spec)
             address = ""
             try:
@@ -577,17 +752,42 @@ class SandboxManager:
             ids = {record.id for record in await self._runtime.list_containers(labels)}
             if sb is not None:
                 ids.add(sb.container_id)
+            workspaces = {volume_name(self._prefix, session_id)}
+            workspace = self._workspaces.pop(session_id, None)
+            if workspace:
+                workspaces.add(workspace)
+            markers = []
+            for name, volume_labels in (await self._runtime.list_volume_labels(labels)).items():
+                if volume_labels.get(LABEL_CLAIMED):  # a claim: the pool member and its volume
+                    ids.add(volume_labels[LABEL_CLAIMED])
+                    workspaces.add(volume_labels.get(LABEL_WORKSPACE) or name)
+                    markers.append(name)
+                else:
+                    workspaces.add(name)
             for container_id in ids:
                 removed = await self._runtime.remove_container(container_id) or removed
-            removed = await self._runtime.remove_volume(volume_name(self._prefix, session_id)) or removed
-            return removed
+            for name in sorted(workspaces):
+                removed = await self._runtime.remove_volume(name) or removed
+            for name in markers:  # last: until its workspace is gone, the claim names it
+                await self._runtime.remove_volume(name)
+        if self._pool is not None:
+            self._pool.wake()
+        return removed
 
     def in_use(self) -> int:
-        """Sandboxes this manager tracks (running or paused)."""
+        """Sessions' sandboxes this manager tracks (running or paused): what the control plane
+        is told. Warm-pool members are not counted (see :meth:`pooled`)."""
         return len(self._sandboxes)
 
+    def pooled(self) -> int:
+        """Warm-pool members paused and ready for new sessions."""
+        return self._pool.ready if self._pool is not None else 0
+
     async def destroy_all_for_tests(self) -> None:
-        """Remove every container, volume and network labelled with this edge id; stop the proxy."""
+        """Remove every container, volume and network labelled with this edge id; stop the proxy
+        (and the warm pool)."""
+        if self._pool is not None:
+            await self._pool.close()
         for sb in list(self._sandboxes.values()):
             await self._forget(sb)
         for record in await self._runtime.list_containers(self._edge_labels):
@@ -646,3 +846,15 @@ class SandboxManager:
                 sb.short_id,
                 self._idle_pause_s,
             )
+
+
+async def _finish(work: Awaitable[_Sandbox]) -> _Sandbox:
+    """Await ``work`` (a creation or a claim); if the caller is cancelled meanwhile, let it finish
+    first so its container is tracked, not leaked, then give up."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(BaseException):
+            await task
+        raise

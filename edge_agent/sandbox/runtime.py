@@ -179,9 +179,14 @@ class DockerRuntime:
         return await self._run("remove volume", remove)
 
     async def list_volumes(self, labels: Mapping[str, str]) -> list[str]:
-        def listing() -> list[str]:
+        return list(await self.list_volume_labels(labels))
+
+    async def list_volume_labels(self, labels: Mapping[str, str]) -> dict[str, dict[str, str]]:
+        """Volumes carrying ``labels``: name -> all its labels."""
+
+        def listing() -> dict[str, dict[str, str]]:
             result = self._api().volumes(filters={"label": _label_filters(labels)}) or {}
-            return [str(v["Name"]) for v in result.get("Volumes") or []]
+            return {str(v["Name"]): dict(v.get("Labels") or {}) for v in result.get("Volumes") or []}
 
         return await self._run("list volumes", listing)
 
@@ -249,6 +254,9 @@ class DockerRuntime:
 
     async def unpause(self, container_id: str) -> None:
         await self._run("unpause sandbox", lambda: self._api().unpause(container_id))
+
+    async def rename(self, container_id: str, name: str) -> None:
+        await self._run("rename sandbox", lambda: self._api().rename(container_id, name))
 
     async def kill(self, container_id: str) -> None:
         await self._run("kill sandbox", lambda: self._api().kill(container_id))

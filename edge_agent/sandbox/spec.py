@@ -19,16 +19,23 @@ from outpost_wire.frames import Repository
 from ..egress import EgressMode, EgressSpec
 
 __all__ = [
+    "LABEL_CLAIMED",
     "LABEL_EDGE_ID",
     "LABEL_EGRESS",
     "LABEL_EGRESS_PROXY",
     "LABEL_MANAGED",
+    "LABEL_POOL",
     "LABEL_SESSION_ID",
+    "LABEL_WORKSPACE",
     "SandboxLimits",
     "SandboxSpec",
+    "claim_labels",
+    "claim_volume_name",
     "container_name",
     "egress_labels",
     "network_name",
+    "pool_labels",
+    "pool_name",
     "sandbox_labels",
     "sanitize_name",
     "volume_name",
@@ -39,6 +46,14 @@ LABEL_EDGE_ID = "outpost.edge_id"
 LABEL_SESSION_ID = "outpost.session_id"
 LABEL_EGRESS = "outpost.egress"
 LABEL_EGRESS_PROXY = "outpost.egress_proxy"
+#: On warm-pool members and their volumes: the token of the manager that made them (a manager
+#: removes members of any other token at start: they are never adopted for a session).
+LABEL_POOL = "outpost.pool"
+#: On a session's claim volume: the pool volume that is its workspace; on containers whose
+#: workspace is not the session's default volume: that volume.
+LABEL_WORKSPACE = "outpost.workspace"
+#: On a session's claim volume: the pool member (container id) the session claimed.
+LABEL_CLAIMED = "outpost.claimed"
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_.-]")
 _MAX_NAME_PART = 48
@@ -92,14 +107,47 @@ class SandboxSpec:
         network: str = "",
         env: Mapping[str, str] | None = None,
         proxy_url: str = "",
+        volume: str = "",
     ) -> SandboxSpec:
         """``network``/``env``/``proxy_url``: where egress control put the sandbox (see
-        :meth:`edge_agent.egress.EgressController.attachment`)."""
+        :meth:`edge_agent.egress.EgressController.attachment`). ``volume``: the workspace, when it
+        is not the session's default volume (a claimed warm-pool member's)."""
+        default_volume = volume_name(prefix, session_id)
+        labels = {**sandbox_labels(edge_id, session_id), **egress_labels(limits.egress, proxy_url)}
+        if volume and volume != default_volume:
+            labels[LABEL_WORKSPACE] = volume
         return cls(
             name=container_name(prefix, session_id),
             image=limits.image,
-            labels={**sandbox_labels(edge_id, session_id), **egress_labels(limits.egress, proxy_url)},
-            volume=volume_name(prefix, session_id),
+            labels=labels,
+            volume=volume or default_volume,
+            cpus=limits.cpus,
+            memory_bytes=limits.memory_bytes,
+            pids=limits.pids,
+            network=network,
+            env=dict(env or {}),
+        )
+
+    @classmethod
+    def for_pool(
+        cls,
+        *,
+        prefix: str,
+        edge_id: str,
+        pool_token: str,
+        limits: SandboxLimits,
+        network: str = "",
+        env: Mapping[str, str] | None = None,
+        proxy_url: str = "",
+    ) -> SandboxSpec:
+        """A warm-pool member: like a session's sandbox, without any session label; its own
+        volume (of the same name as the container) becomes the claiming session's workspace."""
+        name = pool_name(prefix)
+        return cls(
+            name=name,
+            image=limits.image,
+            labels={**pool_labels(edge_id, pool_token, name), **egress_labels(limits.egress, proxy_url)},
+            volume=name,
             cpus=limits.cpus,
             memory_bytes=limits.memory_bytes,
             pids=limits.pids,
@@ -139,6 +187,24 @@ def volume_name(prefix: str, session_id: str) -> str:
 def container_name(prefix: str, session_id: str) -> str:
     # A random suffix: a replacement may be created while a dead predecessor is still listed.
     return f"{prefix}-sb-{sanitize_name(session_id)}-{secrets.token_hex(3)}"
+
+
+def pool_name(prefix: str) -> str:
+    """A warm-pool member's container and volume name (``-wp-`` never clashes with ``-ws-``)."""
+    return f"{prefix}-wp-{secrets.token_hex(6)}"
+
+
+def claim_volume_name(prefix: str, session_id: str) -> str:
+    """The empty volume that records, in its labels, which pool member a session claimed."""
+    return f"{prefix}-claim-{sanitize_name(session_id)}"
+
+
+def pool_labels(edge_id: str, pool_token: str, volume: str) -> dict[str, str]:
+    return {LABEL_MANAGED: "1", LABEL_EDGE_ID: edge_id, LABEL_POOL: pool_token, LABEL_WORKSPACE: volume}
+
+
+def claim_labels(edge_id: str, session_id: str, container_id: str, volume: str) -> dict[str, str]:
+    return {**sandbox_labels(edge_id, session_id), LABEL_CLAIMED: container_id, LABEL_WORKSPACE: volume}
 
 
 def sandbox_labels(edge_id: str, session_id: str) -> dict[str, str]:

@@ -207,7 +207,9 @@ def enroll(control_plane: ControlPlane, api: Api, tmp_path: Path) -> Callable[..
             "control_plane": {"tunnel_address": control_plane.tunnel_address},
             "state_dir": str(state_dir),
             "name": f"e2e-edge-{counter}",
-            "sandbox": {"idle_pause_s": idle_pause_s, "name_prefix": NAME_PREFIX},
+            # No warm pool: these tests find a session's container by its session label, which a
+            # claimed pool member never has (tests/integration/sandbox/test_warm_pool_docker.py).
+            "sandbox": {"idle_pause_s": idle_pause_s, "name_prefix": NAME_PREFIX, "warm_pool_size": 0},
             "connection": {  # short timings, as in the control_plane fixture (see there why)
                 "heartbeat_interval_s": 1.0,
                 "heartbeat_timeout_s": 5.0,

@@ -169,7 +169,8 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
                     {
                         "state_dir": str(tmp_path / "edge"),
                         "control_plane": {"tunnel_address": f"127.0.0.1:{cp.tunnel_port}"},
-                        "sandbox": {"name_prefix": NAME_PREFIX},
+                        # no warm pool: the test finds the session's container by its label
+                        "sandbox": {"name_prefix": NAME_PREFIX, "warm_pool_size": 0},
                         "connection": {
                             "heartbeat_interval_s": 1,
                             "heartbeat_timeout_s": 5,

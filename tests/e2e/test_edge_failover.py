@@ -99,7 +99,9 @@ async def test_a_dead_edges_session_moves_to_another_edge_with_an_event(
 
     # A second edge joins the environment. Its own name prefix stands for another host: edges on
     # one Docker host would share the session's workspace volume.
-    edge_b = await run_edge(await enroll(environment, extra={"sandbox": {"name_prefix": NAME_PREFIX + "-b"}}))
+    # No warm pool (as in conftest): the test finds the session's container by its label.
+    sandbox = {"name_prefix": NAME_PREFIX + "-b", "warm_pool_size": 0}
+    edge_b = await run_edge(await enroll(environment, extra={"sandbox": sandbox}))
     await asyncio.to_thread(edge_a.kill9)  # edge A dies for good
     responder.go.set()
 

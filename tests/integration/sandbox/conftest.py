@@ -49,12 +49,12 @@ async def make_manager(runtime: DockerRuntime, edge_id: str) -> AsyncIterator[Ma
         return manager
 
     yield make
+    for manager in made:  # first: a manager with a warm pool may still be making a member
+        await manager.close()
     if made:
         cleaner = SandboxManager(runtime, edge_id=edge_id, default_limits=LIMITS)
         await cleaner.destroy_all_for_tests()
         await cleaner.close()
-    for manager in made:
-        await manager.close()
 
 
 @pytest.fixture
