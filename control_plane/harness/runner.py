@@ -20,6 +20,11 @@ sweep. A process woken for a session it may not run (input sent to whichever pro
 reached) records a wake request in the store; every process's sweep reads them, and the one that
 may run the session takes it and clears the request.
 
+Bounded state: the sweep lists sessions by status (an indexed read on SQLite: its cost does not
+grow with idle or archived sessions). Nothing this process keeps per session outlives the session's
+task, except the "has a sandbox" hint (capped); a session found ended (archived, terminated,
+deleted) is forgotten entirely, and its released lease row deleted (``forget_lease``).
+
 Lifecycle: ``async with Harness(...)`` (or ``start`` / ``close``). ``close`` cancels the session
 tasks and releases their leases, so another harness can resume them at once; the log makes that
 safe at any point. The model client and the MCP backend are the caller's to close.
@@ -116,7 +121,8 @@ class Harness:
         self._ensure_running(session_id)
 
     async def session_ended(self, session_id: str) -> None:
-        """Stop the session's task (its lease is released), then destroy its sandbox."""
+        """Stop the session's task (its lease is released, then deleted), forget the session,
+        then destroy its sandbox."""
         handle = self._retries.pop(session_id, None)
         if handle is not None:
             handle.cancel()
@@ -124,9 +130,8 @@ class Harness:
         if slot is not None and slot.task is not None:
             slot.task.cancel()
             await asyncio.wait({slot.task})
-        self._ctx.provisioned.discard(session_id)
-        self._ctx.edge_outages.discard(session_id)
         environment_id = self._environments.pop(session_id, None) or await self._environment_of(session_id)
+        await self._forget(session_id)
         if environment_id is None:
             return
         try:
@@ -235,6 +240,9 @@ class Harness:
                         self._environments[session_id] = driver.environment_id
                     if not self._aborted:
                         await slot.keeper.release()
+                if driver.ended:
+                    await self._forget(session_id)
+                    return
                 if not slot.wake.is_set():
                     return
         except asyncio.CancelledError:
@@ -247,11 +255,27 @@ class Harness:
         finally:
             if self._slots.get(session_id) is slot:
                 del self._slots[session_id]
+                # Only a running session needs these; the next wake learns them again (the driver
+                # has the gateway re-read the session's durable placement when it starts anyway).
+                self._environments.pop(session_id, None)
+                self._misplaced_since.pop(session_id, None)
+                self._ctx.gateway.forget_session(session_id)
             if failed and not self._closing:
                 loop = asyncio.get_running_loop()
                 self._retries[session_id] = loop.call_later(
                     self.config.error_retry_s, self._retry_wake, session_id
                 )
+
+    async def _forget(self, session_id: str) -> None:
+        """The session has ended (archived, terminated, deleted): drop what this process knows of
+        it, and its lease row once released (the store keeps no lease per session ever run)."""
+        self._ctx.provisioned.discard(session_id)
+        self._ctx.edge_outages.discard(session_id)
+        self._misplaced_since.pop(session_id, None)
+        try:
+            await self._ctx.store.forget_lease(session_id)
+        except Exception as exc:
+            log.warning("session %s: could not delete its released lease: %s", session_id, exc)
 
     async def _placed_here(self, session: Resource) -> bool:
         env = session.body.get("environment_id")

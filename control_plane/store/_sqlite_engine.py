@@ -22,6 +22,11 @@ through its inserts) is rolled back alone and gets its own error; the other jobs
 commit. Outcomes are handed back only after COMMIT returns (a success is durable by then), with
 one wake-up per event loop for the whole group.
 
+The WAL stays bounded: ``journal_size_limit`` cuts the file back whenever a checkpoint resets it,
+and once the writer has had nothing to do for ``wal_truncate_idle_s`` after writes it runs a
+``wal_checkpoint(TRUNCATE)`` that does not wait (skipped while a reader still uses the WAL, tried
+again after the next idle period).
+
 ``sqlite3`` exceptions are mapped here to ``control_plane.errors``: ``IntegrityError`` becomes
 ``Conflict``, anything else a ``ControlPlaneError``.
 """
@@ -58,6 +63,11 @@ class SqliteConfig:
     reader_threads: int = 4  # size of the read pool (one connection per thread)
     max_group_commit_jobs: int = 512  # at most this many write jobs share one transaction
     cache_size_kib: int = 16_384  # page cache per connection
+    #: The WAL file is cut back to this size whenever a checkpoint resets it (``journal_size_limit``).
+    journal_size_limit_bytes: int = 64 * 1024 * 1024
+    #: After writes, once the writer has had nothing to do for this long, checkpoint and truncate
+    #: the WAL to zero bytes (skipped, and tried again later, while readers still use it).
+    wal_truncate_idle_s: float = 1.0
 
 
 def map_error(exc: sqlite3.Error) -> ControlPlaneError:
@@ -165,6 +175,7 @@ class SqliteEngine:
         except (OSError, sqlite3.Error) as exc:
             raise ControlPlaneError(f"cannot open the database {str(path)!r}: {exc}") from exc
         try:
+            self._writer_conn.execute(f"PRAGMA journal_size_limit = {int(config.journal_size_limit_bytes)}")
             mode = self._writer_conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
             if str(mode).lower() != "wal":
                 raise ControlPlaneError(f"the database {str(path)!r} cannot use WAL mode (got {mode})")
@@ -256,9 +267,15 @@ class SqliteEngine:
     def _writer_main(self) -> None:
         conn = self._writer_conn
         stopping = False
+        wrote = False  # since the WAL was last truncated
         try:
             while not stopping:
-                first = self._queue.get()
+                try:
+                    first = self._queue.get(timeout=self._config.wal_truncate_idle_s if wrote else None)
+                except queue.Empty:
+                    wrote = not self._truncate_wal(conn)
+                    continue
+                wrote = True
                 if first is _STOP:
                     break
                 batch: list[_Job[Any]] = [first]  # type: ignore[list-item]
@@ -282,6 +299,20 @@ class SqliteEngine:
                 _deliver(outcomes)
         finally:
             conn.close()
+
+    def _truncate_wal(self, conn: sqlite3.Connection) -> bool:
+        """Checkpoint the whole WAL and truncate it to zero bytes, without waiting for readers
+        (or another process's writer): ``False`` if one was in the way."""
+        try:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self._config.busy_timeout_s * 1000)}")
+        except sqlite3.Error as exc:
+            _log.debug("WAL checkpoint failed: %s", exc)
+            return False
+        return not busy
 
     @staticmethod
     def _run_batch(conn: sqlite3.Connection, batch: list[_Job[Any]]) -> list[_Outcome]:

@@ -172,6 +172,17 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         )
         """,
     ),
+    # 9: bounded state: the harness's sweep finds resumable sessions through an index on their
+    # status (not a scan of every session), and retention finds archived resources by age
+    (
+        "ALTER TABLE resources ADD COLUMN status TEXT GENERATED ALWAYS AS"
+        " (CASE json_type(body, '$.status') WHEN 'text' THEN json_extract(body, '$.status') END)"
+        " VIRTUAL",
+        "CREATE INDEX resources_by_status ON resources (kind, status, created_at, id)"
+        " WHERE archived_at IS NULL",
+        "CREATE INDEX resources_by_archive ON resources (kind, archived_at, id)"
+        " WHERE archived_at IS NOT NULL",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -212,6 +212,11 @@ def edge_from_row(row: Row) -> EdgeRecord:
 def filter_sql(name: str, value: codec.FilterValue) -> tuple[str, list[Any]]:
     """SQL for one ``list_resources`` filter, with the semantics of ``codec.filter_matches``."""
     path = f'$."{name}"'
+    if name == "status" and isinstance(value, str | tuple):
+        # The generated, indexed column: the body's status when it is a JSON string, else NULL.
+        if isinstance(value, tuple):
+            return "status IN (SELECT value FROM json_each(?))", [json.dumps(list(value))]
+        return "status = ?", [value]
     if isinstance(value, tuple):  # any of: the values as one JSON array parameter
         return (
             "json_type(body, ?) = 'text' AND json_extract(body, ?) IN (SELECT value FROM json_each(?))",

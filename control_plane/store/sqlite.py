@@ -85,6 +85,10 @@ __all__ = ["SqliteConfig", "SqliteStore"]
 
 _ID_CHUNK = 500  # event ids looked up per statement (well below SQLite's bound-parameter limit)
 _GC_PAUSE_ROWS = 2_000  # reads that may return this many events pause the garbage collector
+# Retention: one transaction deletes at most this many events and this many resources, so that
+# pruning never holds the writer for long (other writes queue behind it).
+_PRUNE_EVENT_ROWS = 5_000
+_PRUNE_RESOURCES = 50
 
 
 class SqliteStore:
@@ -875,3 +879,66 @@ class SqliteStore:
             conn.execute(TOUCH_API_KEY, (now_us, key_id, now_us))
 
         await self._engine.write(run)
+
+    # -- retention ------------------------------------------------------------------------------
+
+    async def prune_archived(self, kind: str, archived_before: datetime, limit: int = 100) -> list[str]:
+        codec.check_limit(limit)
+        before_us = codec.to_us(archived_before, "archived_before")
+        deleted: list[str] = []
+
+        def run(conn: sqlite3.Connection) -> tuple[list[str], bool]:
+            """One bounded transaction: the due resources in archive order, deleting at most
+            ``_PRUNE_EVENT_ROWS`` events; a session whose log is left half-deleted goes next time."""
+            due = conn.execute(
+                "SELECT id FROM resources INDEXED BY resources_by_archive"
+                " WHERE kind = ? AND archived_at IS NOT NULL AND archived_at < ?"
+                " ORDER BY archived_at, id LIMIT ?",
+                (kind, before_us, min(limit - len(deleted), _PRUNE_RESOURCES)),
+            ).fetchall()
+            done: list[str] = []
+            budget = _PRUNE_EVENT_ROWS
+            for (id,) in due:
+                if kind == "session":
+                    budget -= conn.execute(
+                        "DELETE FROM events WHERE session_id = ? AND seq IN"
+                        " (SELECT seq FROM events WHERE session_id = ? ORDER BY seq LIMIT ?)",
+                        (id, id, budget + 1),
+                    ).rowcount
+                    if budget < 0:  # more events than the budget: the rest in the next transaction
+                        return done, True
+                    conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
+                    conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (id,))
+                    conn.execute("DELETE FROM session_wakes WHERE session_id = ?", (id,))
+                # resource_versions rows go with the resource (ON DELETE CASCADE).
+                conn.execute("DELETE FROM resources WHERE kind = ? AND id = ?", (kind, id))
+                done.append(str(id))
+            return done, len(done) == _PRUNE_RESOURCES
+
+        while len(deleted) < limit:
+            done, more = await self._engine.write(run)
+            deleted += done
+            if not more:
+                break
+        return deleted
+
+    async def forget_lease(self, session_id: str) -> bool:
+        def run(conn: sqlite3.Connection) -> bool:
+            sql = "DELETE FROM leases WHERE session_id = ? AND holder IS NULL"
+            return bool(conn.execute(sql, (session_id,)).rowcount)
+
+        return await self._engine.write(run)
+
+    async def prune_enrollment_tokens(self, before: datetime, limit: int = 500) -> int:
+        codec.check_limit(limit)
+        before_us = codec.to_us(before, "before")
+
+        def run(conn: sqlite3.Connection) -> int:
+            deleted: int = conn.execute(
+                "DELETE FROM enrollment_tokens WHERE id IN (SELECT id FROM enrollment_tokens"
+                " WHERE used_at < ? OR revoked_at < ? OR expires_at < ? LIMIT ?)",
+                (before_us, before_us, before_us, limit),
+            ).rowcount
+            return deleted
+
+        return await self._engine.write(run)
