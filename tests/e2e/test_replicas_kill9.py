@@ -1,0 +1,160 @@
+"""Three control-plane replicas on one store: ``kill -9`` of the replica running a turn, mid tool call.
+
+Three ``outpost-control serve`` processes share a store (and a data dir: CA, admin key). The edge
+(in the test process) is given all three addresses; the replica it connects to holds its tunnel
+and so runs the session (the brain follows the hands). The user's message goes in through another
+replica, and the client's stream is open on the third, as behind a load balancer. While the first
+bash call runs, the replica running the turn is SIGKILLed: the edge dials another replica, the
+session's lease expires and the replica now holding the tunnel finishes the session. Each tool
+call ran once (counters in the workspace), no finished model turn was requested twice, and the
+stream on the third replica delivered every event of the log, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import docker
+import httpx
+import pytest
+import yaml
+
+from control_plane.model import LocalModelServer
+from control_plane.model.responders import tool_results_since_prompt
+from edge_agent.config import EdgeConfig
+from edge_agent.daemon import EdgeAgent
+from edge_agent.enroll import register
+from tests.e2e.conftest import NAME_PREFIX, eventually
+from tests.e2e.test_control_plane_crash import assert_both_calls_ran_once, session_events
+from tests.e2e.test_failover import SharedStoreControlPlane, two_slow_calls
+
+pytestmark = pytest.mark.docker
+
+
+class Replica(SharedStoreControlPlane):
+    def __init__(
+        self, workdir: Path, name: str, data_dir: Path, model_url: str, store_url: str | None
+    ) -> None:
+        super().__init__(workdir, name, data_dir, model_url)
+        if store_url is not None:
+            settings = yaml.safe_load(self.config.read_text())
+            settings["store_url"] = store_url
+            self.config.write_text(yaml.safe_dump(settings))
+
+
+@pytest.fixture(params=["sqlite"])
+def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
+    """The replicas' shared store: ``None`` is the SQLite file in their shared data dir."""
+    yield None
+
+
+async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
+    tmp_path: Path, docker_client: docker.DockerClient, store_url: str | None
+) -> None:
+    async with LocalModelServer(two_slow_calls) as model:
+        data_dir = tmp_path / "cp-data"
+        replicas = [Replica(tmp_path, f"cp-{i}", data_dir, model.base_url, store_url) for i in range(3)]
+        edge: EdgeAgent | None = None
+        clients: list[anthropic.AsyncAnthropic] = []
+        try:
+            replicas[0].start()
+            await replicas[0].wait_up()  # the first creates the store, CA and admin key
+            for replica in replicas[1:]:
+                replica.start()
+            for replica in replicas[1:]:
+                await replica.wait_up()
+            key = (data_dir / "admin-api-key").read_text().strip()
+            clients = [anthropic.AsyncAnthropic(base_url=r.url, api_key=key, max_retries=3) for r in replicas]
+            agent = await clients[0].beta.agents.create(
+                name="replicas", model="claude-sonnet-5-5", tools=[{"type": "agent_toolset_20260401"}]
+            )
+            env = await clients[1].beta.environments.create(name="replicas", config={"type": "self_hosted"})
+            async with httpx.AsyncClient(
+                base_url=replicas[2].url, headers={"authorization": f"Bearer {key}"}
+            ) as http:
+                token = (await http.post(f"/v1/environments/{env.id}/enrollment_tokens", json={})).json()
+            identity = await register(
+                replicas[0].url,
+                token["token"],
+                tmp_path / "edge",
+                name="replicas-edge",
+                ca_fingerprint=token["ca_fingerprint"],
+            )
+            edge = EdgeAgent(
+                EdgeConfig.model_validate(
+                    {
+                        "state_dir": str(tmp_path / "edge"),
+                        "control_plane": {
+                            "addresses": [
+                                {"tunnel_address": r.tunnel_address, "url": r.url} for r in replicas
+                            ]
+                        },
+                        # no warm pool: the test finds the session's container by its label
+                        "sandbox": {"name_prefix": NAME_PREFIX, "warm_pool_size": 0},
+                        # The replicas' heartbeats (1 s / 5 s, SharedStoreControlPlane) and a quick
+                        # backoff: the edge finds a live replica within seconds of the kill.
+                        "connection": {
+                            "transport": "grpc",
+                            "heartbeat_interval_s": 1,
+                            "heartbeat_timeout_s": 5,
+                            "backoff_initial_s": 0.2,
+                            "backoff_max_s": 1,
+                        },
+                    }
+                ),
+                identity=identity,
+            )
+            await edge.start()
+            assert await edge.wait_connected(20)
+            running = edge.dialer.endpoint_index  # this replica holds the tunnel: it runs the turn
+            entry, watcher = (running + 1) % 3, (running + 2) % 3
+
+            session = await clients[entry].beta.sessions.create(agent=agent.id, environment_id=env.id)
+            seen: list[Any] = []
+
+            async def watch() -> None:
+                stream = await clients[watcher].beta.sessions.events.stream(session.id)
+                async with stream:
+                    async for event in stream:
+                        seen.append(event)
+                        if event.type == "session.status_idle" and event.stop_reason.type == "end_turn":
+                            return
+
+            watching = asyncio.create_task(watch())
+            await asyncio.sleep(0.5)  # the stream is open before the message is sent
+            await clients[entry].beta.sessions.events.send(
+                session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
+            )
+
+            async def first_tool_running() -> bool:
+                return any(
+                    e.type == "agent.tool_use" for e in await session_events(clients[entry], session.id)
+                )
+
+            await eventually(first_tool_running, 30, "first tool_use")
+            await asyncio.sleep(1.0)  # the first bash call is sleeping in the sandbox
+            replicas[running].kill9()
+
+            await asyncio.wait_for(watching, 120)
+            events = await session_events(clients[watcher], session.id)
+            assert edge.dialer.endpoint_index != running  # the edge moved to a live replica
+            assert_both_calls_ran_once(events, docker_client, session.id)
+            by_stage = Counter(len(tool_results_since_prompt(r.body)) for r in model.requests)
+            assert by_stage == Counter({0: 1, 1: 1, 2: 1}), by_stage  # no finished turn re-billed
+            # The stream on the third replica delivered every event of the log, in log order.
+            assert [e.id for e in seen] == [e.id for e in events], [e.type for e in seen]
+            await clients[watcher].beta.sessions.delete(session.id)
+        finally:
+            for client in clients:
+                await client.close()
+            if edge is not None:
+                if edge.manager is not None:
+                    await edge.manager.destroy_all_for_tests()
+                await edge.close()
+            for replica in replicas:
+                replica.stop()
