@@ -1,6 +1,7 @@
 """Three control-plane replicas on one store: ``kill -9`` of the replica running a turn, mid tool call.
 
-Three ``outpost-control serve`` processes share a store (and a data dir: CA, admin key). The edge
+Three ``outpost-control serve`` processes share a store (SQLite, or PostgreSQL) and a data dir
+(CA, admin key). The edge
 (in the test process) is given all three addresses; the replica it connects to holds its tunnel
 and so runs the session (the brain follows the hands). The user's message goes in through another
 replica, and the client's stream is open on the third, as behind a load balancer. While the first
@@ -32,33 +33,44 @@ from edge_agent.enroll import register
 from tests.e2e.conftest import NAME_PREFIX, eventually
 from tests.e2e.test_control_plane_crash import assert_both_calls_ran_once, session_events
 from tests.e2e.test_failover import SharedStoreControlPlane, two_slow_calls
+from tests.pg_support import PG_URL, drop_schema, new_schema, pg_config
 
 pytestmark = pytest.mark.docker
 
 
 class Replica(SharedStoreControlPlane):
     def __init__(
-        self, workdir: Path, name: str, data_dir: Path, model_url: str, store_url: str | None
+        self, workdir: Path, name: str, data_dir: Path, model_url: str, store: dict[str, Any]
     ) -> None:
         super().__init__(workdir, name, data_dir, model_url)
-        if store_url is not None:
-            settings = yaml.safe_load(self.config.read_text())
-            settings["store_url"] = store_url
-            self.config.write_text(yaml.safe_dump(settings))
+        settings = yaml.safe_load(self.config.read_text())
+        self.config.write_text(yaml.safe_dump(settings | store))
 
 
-@pytest.fixture(params=["sqlite"])
-def store_url(request: pytest.FixtureRequest) -> Iterator[str | None]:
-    """The replicas' shared store: ``None`` is the SQLite file in their shared data dir."""
-    yield None
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
+    """The replicas' shared store settings: SQLite in their shared data dir, or a schema of the
+    test PostgreSQL server (``scripts/setup.sh``), dropped afterwards."""
+    if request.param == "sqlite":
+        yield {}
+        return
+    schema = new_schema()
+    config = pg_config(schema)
+    settings: dict[str, Any] = {"store_url": PG_URL, "store_schema": schema}
+    if config.password_file is not None:
+        settings["store_password_file"] = str(config.password_file)
+    try:
+        yield settings
+    finally:
+        asyncio.run(drop_schema(schema))
 
 
 async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
-    tmp_path: Path, docker_client: docker.DockerClient, store_url: str | None
+    tmp_path: Path, docker_client: docker.DockerClient, store: dict[str, Any]
 ) -> None:
     async with LocalModelServer(two_slow_calls) as model:
         data_dir = tmp_path / "cp-data"
-        replicas = [Replica(tmp_path, f"cp-{i}", data_dir, model.base_url, store_url) for i in range(3)]
+        replicas = [Replica(tmp_path, f"cp-{i}", data_dir, model.base_url, store) for i in range(3)]
         edge: EdgeAgent | None = None
         clients: list[anthropic.AsyncAnthropic] = []
         try:
