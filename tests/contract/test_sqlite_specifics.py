@@ -211,7 +211,16 @@ async def test_open_store_urls(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 @pytest.mark.parametrize(
-    "url", ["", "sqlite://", "sqlite:///", "postgres://db/x", "memory:", "sqlite:///x.db?mode=ro", "file.db"]
+    "url",
+    [
+        "",
+        "sqlite://",
+        "sqlite:///",
+        "postgresql+asyncpg://db/x",
+        "memory:",
+        "sqlite:///x.db?mode=ro",
+        "file.db",
+    ],
 )
 def test_open_store_refuses_unknown_urls(url: str) -> None:
     with pytest.raises(InvalidRequest):
@@ -233,7 +242,10 @@ def test_public_exports_are_pinned() -> None:
         "SqliteConfig",
         "SqliteStore",
         "Store",
+        "StoreOptions",
+        "mask_url",
         "open_store",
+        "postgres_config",
     ]
     for name in control_plane.store.__all__:
         assert hasattr(control_plane.store, name)
