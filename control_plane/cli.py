@@ -11,6 +11,7 @@
     outpost-control destroy-sandbox --environment ENV_ID --session SESSION
     outpost-control api-keys create --name NAME [--scope read_only] [--environment ENV_ID] [--ttl-s S]
     outpost-control api-keys list | api-keys revoke KEY_ID | api-keys rotate-admin --data-dir DIR
+    outpost-control migrate [--config FILE] | store copy --from sqlite:///PATH --to postgresql://...
 
 Operator commands talk to the HTTP API (``--url``, default ``$OUTPOST_URL`` or
 http://127.0.0.1:8080) with an API key from ``--api-key-file``, ``$OUTPOST_API_KEY``, or the admin
@@ -22,20 +23,21 @@ codes"): 0 ok, 1 other failure, 2 usage or configuration, 3 refused (API key), 4
 unreachable. The modules: :mod:`control_plane.cli_serve` (``serve``),
 :mod:`control_plane.cli_fleet` (environments, tokens, edges, exec),
 :mod:`control_plane.cli_sessions` (sessions), :mod:`control_plane.cli_api_keys` (api-keys),
+:mod:`control_plane.cli_store` (migrate, store copy: on the store itself, not through the API),
 :mod:`control_plane.cli_client` (the HTTP calls).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable, Sequence
 
 from control_plane.cli_api_keys import API_KEY_COMMANDS, add_api_key_parsers
 from control_plane.cli_fleet import FLEET_COMMANDS, add_fleet_parsers
-from control_plane.cli_serve import add_serve_parser, serve
+from control_plane.cli_serve import add_serve_parser, run_serve
 from control_plane.cli_sessions import SESSION_COMMANDS, add_session_parsers
+from control_plane.cli_store import STORE_COMMANDS, add_store_parsers
 from outpost_wire.cli_support import ArgumentParser, run_cli
 from outpost_wire.logfmt import configure_logging
 
@@ -56,12 +58,13 @@ def _parser() -> argparse.ArgumentParser:
     add_fleet_parsers(sub)
     add_session_parsers(sub)
     add_api_key_parsers(sub)
+    add_store_parsers(sub)
     return p
 
 
 def _serve(args: argparse.Namespace) -> int:
     configure_logging(args.log_level, args.log_format)
-    return asyncio.run(serve(args))
+    return run_serve(args)  # uvloop where installed (--event-loop)
 
 
 _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
@@ -69,6 +72,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **FLEET_COMMANDS,
     **SESSION_COMMANDS,
     **API_KEY_COMMANDS,
+    **STORE_COMMANDS,
 }
 
 

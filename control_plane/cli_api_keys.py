@@ -19,9 +19,7 @@ import json
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from control_plane.cli_client import add_client_flags, call
 from control_plane.cli_fleet import short_time
@@ -30,11 +28,12 @@ from outpost_wire.cli_support import (
     UsageError,
     add_output_flag,
     env_help,
-    load_yaml_mapping,
     print_rows,
-    validation_message,
 )
 from outpost_wire.files import write_atomic
+
+if TYPE_CHECKING:
+    from control_plane.config import ControlPlaneConfig
 
 __all__ = ["API_KEY_COMMANDS", "add_api_key_parsers"]
 
@@ -135,35 +134,20 @@ def _create(args: argparse.Namespace) -> int:
     return 0
 
 
-def _store_url(args: argparse.Namespace) -> tuple[Path, str]:
-    from control_plane.config import ControlPlaneConfig
-
-    data: dict[str, Any] = {}
-    if args.config is not None:
-        data.update(load_yaml_mapping(args.config))
-    if args.data_dir:
-        data["data_dir"] = str(args.data_dir)
-    try:
-        config = ControlPlaneConfig.model_validate(data)
-    except ValidationError as exc:
-        source = str(args.config) if args.config else "the command-line flags"
-        raise UsageError(validation_message(exc, source), hint="see docs/configuration.md") from None
-    return config.data_dir, config.effective_store_url
-
-
-async def _rotate(data_dir: Path, store_url: str) -> dict[str, Any]:
+async def _rotate(config: ControlPlaneConfig) -> dict[str, Any]:
     from control_plane.admin_key import rotate_admin_key
     from control_plane.errors import ControlPlaneError
-    from control_plane.store import open_store
+    from control_plane.store import mask_url, open_store
 
+    store_url = config.effective_store_url
     try:
-        store = open_store(store_url)
+        store = open_store(store_url, options=config.store_options)
+        try:
+            rotation = await rotate_admin_key(store, config.data_dir, datetime.now(UTC))
+        finally:
+            await store.close()
     except ControlPlaneError as exc:
-        raise CliError(f"cannot open the store {store_url}: {exc}") from None
-    try:
-        rotation = await rotate_admin_key(store, data_dir, datetime.now(UTC))
-    finally:
-        await store.close()
+        raise CliError(f"cannot use the store {mask_url(store_url)}: {exc}") from None
     return {
         "id": rotation.new.id,
         "key_file": str(rotation.path),
@@ -172,13 +156,16 @@ async def _rotate(data_dir: Path, store_url: str) -> dict[str, Any]:
 
 
 def _rotate_admin(args: argparse.Namespace) -> int:
-    data_dir, store_url = _store_url(args)
+    from control_plane.cli_store import load_config
+
+    config = load_config(args)
+    data_dir = config.data_dir
     if not data_dir.is_dir():
         raise UsageError(
             f"the data directory {data_dir} does not exist", hint="pass --data-dir DIR ($OUTPOST_DATA_DIR)"
         )
     try:
-        result = asyncio.run(_rotate(data_dir, store_url))
+        result = asyncio.run(_rotate(config))
     except PermissionError as exc:
         raise CliError(
             f"permission denied: {exc.filename or exc}", hint="run as the control plane's service user"

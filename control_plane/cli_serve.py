@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +39,7 @@ from outpost_wire.cli_support import (
 if TYPE_CHECKING:
     from control_plane.config import ControlPlaneConfig
 
-__all__ = ["add_serve_parser", "serve", "serve_config"]
+__all__ = ["add_serve_parser", "event_loop_factory", "run_serve", "serve", "serve_config"]
 
 #: The soft open-file limit ``serve`` asks for (the systemd unit's ``LimitNOFILE``).
 OPEN_FILES_WANTED = 65536
@@ -115,6 +116,12 @@ def add_serve_parser(sub: Any) -> None:
         help="debug, info (default), warning, error or critical, in any case",
     )
     serve.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="the asyncio event loop: uvloop where installed (auto, the default), or the standard one",
+    )
+    serve.add_argument(
         "--log-format",
         choices=("plain", "json"),
         default="plain",
@@ -185,6 +192,32 @@ def _listen_error(exc: ListenFailed) -> CliError:
         hint=f"is another outpost-control (or other process) listening there? choose another address "
         f"with {flag} HOST:PORT",
     )
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """:func:`serve` in the event loop ``--event-loop`` chooses. uvloop (the ``control`` extra
+    installs it where it builds: not on Windows) runs the API, the gRPC tunnel (``grpc.aio``) and
+    the harnesses on one libuv loop, at a fraction of the standard loop's cost per I/O event."""
+    with asyncio.Runner(loop_factory=event_loop_factory(args.event_loop)) as runner:
+        return runner.run(serve(args))
+
+
+def event_loop_factory(choice: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The loop factory for ``choice`` (``auto``, ``uvloop``, ``asyncio``); ``None``: the standard
+    loop. ``uvloop`` when it is not installed is a usage error."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise UsageError(
+                "--event-loop uvloop: uvloop is not installed",
+                hint="pip install uvloop, or --event-loop auto",
+            ) from None
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 async def serve(args: argparse.Namespace) -> int:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from control_plane.harness.config import HarnessConfig
+from control_plane.retention import RetentionConfig
+from control_plane.store.options import StoreOptions
 from outpost_wire.addresses import AddressPolicy
 
 __all__ = ["ControlPlaneConfig"]
@@ -22,8 +25,40 @@ class ControlPlaneConfig(BaseModel):
     )
     store_url: str | None = Field(
         None,
-        description="The store: `sqlite:///relative.db` or `sqlite:////absolute.db` (`memory://` for tests); "
-        "`null`: `<data_dir>/outpost.db`.",
+        description="The store: `sqlite:///relative.db` or `sqlite:////absolute.db` (one process), "
+        "`postgresql://user@host:port/database` (several replicas; see docs/scale-out.md), `memory://` for "
+        "tests; `null`: `<data_dir>/outpost.db`. Keep a PostgreSQL password in `store_password_file`, not "
+        "in the URL.",
+    )
+    store_password_file: Path | None = Field(
+        None,
+        description="PostgreSQL: a file holding the store's password (one line, mode 0600; e.g. a systemd "
+        "credential), read for every new connection. `null`: the URL's, else libpq's `PGPASSWORD` / "
+        "`~/.pgpass`.",
+    )
+    store_pool_min: int = Field(2, ge=1, description="PostgreSQL: connections the pool keeps open.")
+    store_pool_max: int = Field(
+        10,
+        ge=1,
+        description="PostgreSQL: connections the pool opens at most (per process; plus one for the feed of "
+        "appends, which listens on a connection of its own).",
+    )
+    store_ssl_mode: Literal["disable", "prefer", "require", "verify-ca", "verify-full"] | None = Field(
+        None,
+        description="PostgreSQL: TLS to the server, as libpq's `sslmode`. `null`: the URL's `sslmode`, else "
+        "`prefer`; with `store_ssl_root_cert_file`, `verify-full`.",
+    )
+    store_ssl_root_cert_file: Path | None = Field(
+        None,
+        description="PostgreSQL: the CA certificate (PEM) that signs the server's; the server is then "
+        "verified (its name too, unless `store_ssl_mode` is `verify-ca`).",
+    )
+    store_schema: str = Field(
+        "public",
+        min_length=1,
+        max_length=48,
+        description="PostgreSQL: the schema holding the store's tables (several control planes can share a "
+        "database, each in its own schema).",
     )
     http_host: str = Field(
         "127.0.0.1",
@@ -93,6 +128,8 @@ class ControlPlaneConfig(BaseModel):
     )
     #: The harnesses: leases, model retries, provisioning mode.
     harness: HarnessConfig = HarnessConfig()
+    #: What the store forgets, and when: archived sessions, spent enrollment tokens.
+    retention: RetentionConfig = RetentionConfig()
     vault_key_file: Path | None = Field(
         None,
         description="The vault's key-encryption key: 32 raw bytes, mode 0600. `null`: "
@@ -102,6 +139,13 @@ class ControlPlaneConfig(BaseModel):
     metrics_public: bool = Field(
         False,
         description="Serve `GET /metrics` without an API key (for a scraper on a trusted network).",
+    )
+    api_key_cache_ttl_s: float = Field(
+        5.0,
+        ge=0,
+        description="How long a process trusts an API key's record it read from the store: a key revoked "
+        "through this process's API is refused at once, one revoked elsewhere (another process on the "
+        "store, `api-keys rotate-admin`) within this time. 0: read the store on every request.",
     )
     http_tls: bool = Field(
         False,
@@ -193,15 +237,23 @@ class ControlPlaneConfig(BaseModel):
     def _check_store_url(cls, url: str | None) -> str | None:
         if url is None:
             return None
-        scheme = url.partition("://")[0].lower()
-        if scheme.partition("+")[0] in ("postgres", "postgresql"):
-            raise ValueError(
-                "PostgreSQL is not supported in this version; remove store_url to use SQLite "
-                "(<data_dir>/outpost.db)"
-            )
+        scheme = url.partition("://")[0]
+        if scheme in ("postgres", "postgresql"):
+            return url
         if url != "memory://" and not (url.startswith("sqlite:///") and len(url) > len("sqlite:///")):
-            raise ValueError("expected sqlite:///path/to/file.db (or unset: <data_dir>/outpost.db)")
+            raise ValueError(
+                "expected sqlite:///path/to/file.db or postgresql://user@host:port/database "
+                "(or unset: <data_dir>/outpost.db)"
+            )
         return url
+
+    @model_validator(mode="after")
+    def _check_store(self) -> ControlPlaneConfig:
+        if self.store_pool_min > self.store_pool_max:
+            raise ValueError("store_pool_min must not exceed store_pool_max")
+        if self.store_ssl_mode == "disable" and self.store_ssl_root_cert_file is not None:
+            raise ValueError("store_ssl_root_cert_file needs TLS: store_ssl_mode is disable")
+        return self
 
     @model_validator(mode="after")
     def _check_http_tls(self) -> ControlPlaneConfig:
@@ -214,6 +266,18 @@ class ControlPlaneConfig(BaseModel):
     @property
     def effective_store_url(self) -> str:
         return self.store_url or f"sqlite:///{self.data_dir / 'outpost.db'}"
+
+    @property
+    def store_options(self) -> StoreOptions:
+        """What ``open_store`` needs beyond the URL."""
+        return StoreOptions(
+            pool_min=self.store_pool_min,
+            pool_max=self.store_pool_max,
+            password_file=self.store_password_file,
+            ssl_mode=self.store_ssl_mode,
+            ssl_root_cert_file=self.store_ssl_root_cert_file,
+            schema=self.store_schema,
+        )
 
     @property
     def effective_vault_key_file(self) -> Path:

@@ -1,14 +1,16 @@
 """Connection limits of the HTTP port that uvicorn does not have built in.
 
-uvicorn (h11) arms no timer on a fresh connection, nor on one whose next request head is still
+uvicorn arms no timer on a fresh connection, nor on one whose next request head is still
 arriving: a client that sends half a request line and then nothing holds a socket, and a file
-descriptor, for as long as it likes (a "slowloris"). :func:`h11_protocol` returns uvicorn's h11
-protocol with a **header-read deadline**: from the moment a connection opens, or the first byte of
-its next request arrives, the whole request head must be in within ``header_timeout_s``, or the
-connection is closed. The deadline is not pushed back by a trickle of bytes. Once the head is in,
-the request is the application's (bodies are capped by ``BodyLimitMiddleware``; uvicorn's
-``limit_concurrency`` answers 503 past the connection limit); between requests uvicorn's own
-keep-alive timeout applies.
+descriptor, for as long as it likes (a "slowloris"). :func:`http_protocol` returns uvicorn's
+HTTP/1.1 protocol with a **header-read deadline**: from the moment a connection opens, or the first
+byte of its next request arrives, the whole request head must be in within ``header_timeout_s``, or
+the connection is closed. The deadline is not pushed back by a trickle of bytes. The protocol is
+uvicorn's ``httptools`` one (a C parser) when ``httptools`` is installed (the ``control`` extra
+installs it), else its pure-Python ``h11`` one (:func:`h11_protocol`, :func:`httptools_protocol`).
+Once the head is in, the request is the application's (bodies are capped by
+``BodyLimitMiddleware``; uvicorn's ``limit_concurrency`` answers 503 past the connection limit);
+between requests uvicorn's own keep-alive timeout applies.
 
 :func:`raise_open_file_limit` lifts the process's soft ``RLIMIT_NOFILE`` towards its hard limit at
 start-up (the systemd units set ``LimitNOFILE``; a shell's default soft limit is often 1,024).
@@ -24,7 +26,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["h11_protocol", "raise_open_file_limit"]
+__all__ = ["h11_protocol", "http_protocol", "httptools_protocol", "raise_open_file_limit"]
 
 log = logging.getLogger(__name__)
 
@@ -77,11 +79,36 @@ class _HeaderDeadlineProtocol(H11Protocol):
 def h11_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
     """uvicorn's h11 protocol with a header-read deadline of ``header_timeout_s`` (for
     ``uvicorn.Config(http=...)``)."""
-    if not header_timeout_s > 0:
-        raise ValueError(f"header_timeout_s must be positive, got {header_timeout_s!r}")
+    _check_timeout(header_timeout_s)
     return type(
         "HeaderDeadlineH11Protocol", (_HeaderDeadlineProtocol,), {"header_timeout_s": header_timeout_s}
     )
+
+
+def httptools_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
+    """uvicorn's httptools protocol with a header-read deadline of ``header_timeout_s``; raises
+    ``ImportError`` without ``httptools``."""
+    _check_timeout(header_timeout_s)
+    from control_plane._httptools_deadline import HeaderDeadlineHttpToolsProtocol
+
+    return type(
+        "HeaderDeadlineHttpToolsProtocol",
+        (HeaderDeadlineHttpToolsProtocol,),
+        {"header_timeout_s": header_timeout_s},
+    )
+
+
+def http_protocol(header_timeout_s: float) -> type[asyncio.Protocol]:
+    """:func:`httptools_protocol` where ``httptools`` is installed, else :func:`h11_protocol`."""
+    try:
+        return httptools_protocol(header_timeout_s)
+    except ImportError:
+        return h11_protocol(header_timeout_s)
+
+
+def _check_timeout(header_timeout_s: float) -> None:
+    if not header_timeout_s > 0:
+        raise ValueError(f"header_timeout_s must be positive, got {header_timeout_s!r}")
 
 
 def raise_open_file_limit(wanted: int) -> int:

@@ -44,11 +44,12 @@ from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
 from control_plane.enroll.nonces import SharedNonces
 from control_plane.errors import ListenFailed, NotFound
 from control_plane.harness import AnthropicModelClient, Harness
-from control_plane.http_limits import h11_protocol
+from control_plane.http_limits import http_protocol
 from control_plane.log_follower import LogFollower
 from control_plane.mcp import Credentials, McpRouter, no_credentials
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
+from control_plane.retention import Pruner
 from control_plane.sessions.networking import egress_of
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
@@ -108,6 +109,7 @@ class ControlPlane:
         self.presence: EdgePresence | None = None
         self.bus = EventBus()
         self.follower: LogFollower | None = None  # appends by other processes reach streams here
+        self.pruner: Pruner | None = None
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
@@ -141,7 +143,7 @@ class ControlPlane:
     async def start(self) -> None:
         cfg = self.config
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store = open_store(cfg.effective_store_url)
+        self.store = open_store(cfg.effective_store_url, options=cfg.store_options)
         self.gateway.placements = self.store  # a session goes back to its sandbox's edge, anywhere
         self.ca = CertificateAuthority.load_or_create(cfg.data_dir / "ca")
         self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
@@ -187,6 +189,8 @@ class ControlPlane:
         await self.presence.start()
         self.follower = LogFollower(self.store, self.bus)
         await self.follower.start()
+        self.pruner = Pruner(self.store, cfg.retention)  # retention: archived sessions, spent tokens
+        await self.pruner.start()
 
         api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
         if not api_key:
@@ -226,6 +230,7 @@ class ControlPlane:
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
                     body_timeout_s=cfg.http_body_timeout_s,
                     metrics_public=cfg.metrics_public,
+                    key_cache_ttl_s=cfg.api_key_cache_ttl_s,
                     stream_ping_interval_s=cfg.stream_ping_interval_s,
                     stream_max_per_key=cfg.stream_max_per_key,
                     stream_max_total=cfg.stream_max_total,
@@ -272,7 +277,7 @@ class ControlPlane:
                 ws_ping_interval=_WS_PING_INTERVAL_S,
                 ws_ping_timeout=_WS_PING_TIMEOUT_S,
                 # Limits (docs/security.md): connections, slow request heads, idle keep-alives.
-                http=h11_protocol(cfg.http_header_timeout_s),
+                http=http_protocol(cfg.http_header_timeout_s),  # httptools where installed
                 limit_concurrency=cfg.http_limit_concurrency,
                 timeout_keep_alive=cfg.http_timeout_keep_alive_s,
                 **self._http_tls_options(),  # http_tls: TLS, client certificates optional
@@ -481,6 +486,8 @@ class ControlPlane:
             await self.presence.close()
         if self.follower is not None:
             await self.follower.close()
+        if self.pruner is not None:
+            await self.pruner.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

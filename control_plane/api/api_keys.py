@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from control_plane.api.auth import create_api_key
+from control_plane.api.auth import ApiKeyCache, create_api_key
 from control_plane.api.caller import CallerDep, KeyScope
 from control_plane.api.environments import get_environment
 from control_plane.api.models import Name
@@ -74,7 +74,10 @@ def api_key_json(record: ApiKeyRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def api_keys_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
+def api_keys_router(
+    store: Store, clock: Callable[[], datetime], cache: ApiKeyCache | None = None
+) -> APIRouter:
+    """The key routes; a key revoked here is dropped from ``cache`` (the gate's) at once."""
     router = APIRouter()
 
     @router.post("/v1/api_keys")
@@ -135,6 +138,9 @@ def api_keys_router(store: Store, clock: Callable[[], datetime]) -> APIRouter:
                     f"API key {key_id} is the last active admin key; rotate it instead "
                     "(outpost-control api-keys rotate-admin)"
                 )
-        return api_key_json(await store.revoke_api_key(key_id, now), now)
+        revoked = await store.revoke_api_key(key_id, now)
+        if cache is not None:
+            cache.forget(key_id)
+        return api_key_json(revoked, now)
 
     return router

@@ -2,10 +2,12 @@
 
 Keys are stored as sha256 hashes only; the presented key is hashed and looked up, and the stored
 hash is compared in constant time. A missing, unknown, revoked or expired key is a 401 in the SDK's
-error shape. The store is read on every request (no cache), so a revocation holds at once on every
-control-plane process sharing the store. A key's ``last_used_at`` is written at most once a minute
-(:data:`TOUCH_INTERVAL`), and its id is bound to the log context (``api_key_id``) while the
-request is served.
+error shape. A key's record is read from the store at most once per :data:`KEY_CACHE_TTL_S` per
+process (:class:`ApiKeyCache`; unknown keys are not cached): a revocation through this process's API
+holds at once, one made elsewhere (another replica, ``outpost-control api-keys rotate-admin``) within
+that time. Revocation, expiry and scope are checked on every request against the cached record. A
+key's ``last_used_at`` is written at most once a minute (:data:`TOUCH_INTERVAL`), and its id is
+bound to the log context (``api_key_id``) while the request is served.
 
 :class:`ApiKeyGate` checks the key from the headers alone, before anything reads the request's
 body: a caller without a valid key cannot make the control plane buffer or parse a byte of it,
@@ -24,6 +26,7 @@ import logging
 import secrets
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from fastapi import Request
@@ -37,9 +40,11 @@ from outpost_wire.logfmt import log_context
 from outpost_wire.throttle import LogThrottle
 
 __all__ = [
+    "KEY_CACHE_TTL_S",
     "PUBLIC_PATHS",
     "TOUCH_INTERVAL",
     "ApiKeyAuth",
+    "ApiKeyCache",
     "ApiKeyGate",
     "KeyRecheck",
     "check_key",
@@ -54,6 +59,9 @@ log = logging.getLogger(__name__)
 TOUCH_INTERVAL = timedelta(minutes=1)
 
 KEY_PREFIX = "sk-outpost-"
+
+#: How long a process trusts a key record it read (a revocation elsewhere holds within this).
+KEY_CACHE_TTL_S = 5.0
 
 
 def hash_key(key: str) -> str:
@@ -101,10 +109,55 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-async def check_key(store: Store, key: str, now: datetime) -> ApiKeyRecord | str:
-    """The key's record if it may be used at ``now``, else why not (the 401's message)."""
+class ApiKeyCache:
+    """Key records by hash, each trusted for ``ttl_s`` after it was read from the store (0: read
+    every time). One per process, shared by the gate, the routes' dependency and the routes that
+    revoke keys (:meth:`forget`). Misses are not cached (a key created anywhere works at once), and
+    at most ``max_entries`` records are held."""
+
+    def __init__(self, store: Store, ttl_s: float = KEY_CACHE_TTL_S, max_entries: int = 10_000) -> None:
+        if ttl_s < 0:
+            raise ValueError(f"ttl_s must not be negative, got {ttl_s!r}")
+        self._store = store
+        self._ttl_s = ttl_s
+        self._max_entries = max_entries
+        self._records: dict[str, tuple[float, ApiKeyRecord]] = {}  # hash -> (monotonic expiry, record)
+
+    async def find(self, key_hash: str) -> ApiKeyRecord | None:
+        now = time.monotonic()
+        cached = self._records.get(key_hash)
+        if cached is not None and cached[0] > now:
+            return cached[1]
+        record = await self._store.find_api_key(key_hash)
+        if record is None or self._ttl_s == 0:
+            self._records.pop(key_hash, None)
+            return record
+        if len(self._records) >= self._max_entries:
+            self._records = {h: e for h, e in self._records.items() if e[0] > now}
+            if len(self._records) >= self._max_entries:
+                self._records.clear()
+        self._records[key_hash] = (now + self._ttl_s, record)
+        return record
+
+    def used(self, record: ApiKeyRecord, at: datetime) -> None:
+        """``record``'s ``last_used_at`` was written: keep the cached copy in step (else every
+        request until it expires would write it again)."""
+        cached = self._records.get(record.key_hash)
+        if cached is not None and cached[1].id == record.id:
+            self._records[record.key_hash] = (cached[0], replace(cached[1], last_used_at=at))
+
+    def forget(self, key_id: str) -> None:
+        """Drop the record of key ``key_id`` (revoked or changed through this process)."""
+        self._records = {h: e for h, e in self._records.items() if e[1].id != key_id}
+
+
+async def check_key(
+    store: Store, key: str, now: datetime, cache: ApiKeyCache | None = None
+) -> ApiKeyRecord | str:
+    """The key's record if it may be used at ``now``, else why not (the 401's message). With a
+    ``cache``, the record may be up to its TTL old."""
     presented = hash_key(key)
-    record = await store.find_api_key(presented)
+    record = await (cache.find(presented) if cache is not None else store.find_api_key(presented))
     if record is None or not hmac.compare_digest(record.key_hash, presented):
         return _INVALID
     if record.revoked_at is not None:
@@ -117,6 +170,8 @@ async def check_key(store: Store, key: str, now: datetime) -> ApiKeyRecord | str
             await store.touch_api_key(record.id, now)
         except ControlPlaneError as exc:  # bookkeeping only: the request goes on
             log.warning("could not record the use of API key %s: %s", record.id, exc)
+        if cache is not None:
+            cache.used(record, now)
     return record
 
 
@@ -153,9 +208,12 @@ class KeyRecheck:
 class ApiKeyAuth:
     """A FastAPI dependency; returns the caller's key record."""
 
-    def __init__(self, store: Store, clock: Callable[[], datetime] = _utcnow) -> None:
+    def __init__(
+        self, store: Store, clock: Callable[[], datetime] = _utcnow, cache: ApiKeyCache | None = None
+    ) -> None:
         self._store = store
         self._clock = clock
+        self._cache = cache
 
     async def __call__(self, request: Request) -> ApiKeyRecord:
         checked = request.scope.get("state", {}).get(STATE_KEY)
@@ -164,7 +222,7 @@ class ApiKeyAuth:
         key = _presented_key(request.headers.get("authorization", ""), request.headers.get("x-api-key", ""))
         if not key:
             raise ApiError(401, _MISSING)
-        record = await check_key(self._store, key, self._clock())
+        record = await check_key(self._store, key, self._clock(), self._cache)
         if isinstance(record, str):
             raise ApiError(401, record)
         if record.scope == KeyScope.READ_ONLY and request.method not in READ_METHODS:
@@ -184,11 +242,13 @@ class ApiKeyGate:
         store: Store,
         public: Collection[str] = PUBLIC_PATHS,
         clock: Callable[[], datetime] = _utcnow,
+        cache: ApiKeyCache | None = None,
     ) -> None:
         self.app = app
         self._store = store
         self._public = frozenset(public)
         self._clock = clock
+        self._cache = cache
         self._refusals = LogThrottle(log)  # a read_only key's refused writes, a few a minute per key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -203,7 +263,7 @@ class ApiKeyGate:
         if not key:
             await _refuse(send, 401, "authentication_error", _MISSING)
             return
-        record = await check_key(self._store, key, self._clock())
+        record = await check_key(self._store, key, self._clock(), self._cache)
         if isinstance(record, str):
             await _refuse(send, 401, "authentication_error", record)
             return

@@ -29,6 +29,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
+import time
 from collections.abc import AsyncIterator, Callable, Collection
 from datetime import datetime
 from typing import Any
@@ -49,6 +51,7 @@ log = logging.getLogger(__name__)
 PING_FRAME = b"event: ping\ndata: {}\n\n"
 _READ_BATCH = 500
 _MAX_OPEN_PREVIEWS = 1024
+_REPEAT_CHECK_INTERVAL_S = 5.0
 
 
 def sse_frame(event_type: str, data: dict[str, Any], event_id: str | None = None) -> bytes:
@@ -145,6 +148,7 @@ class EventStream:
         self._subscription = subscription
         self._sub = sub
         self._last_seq = last_seq
+        self._repeat_checked_at = -math.inf  # see _gone
         self._backlog_to = backlog_to  # the log's end when the stream opened
         self._delta_types = frozenset(delta_types)
         self._ping_interval_s = ping_interval_s
@@ -207,7 +211,7 @@ class EventStream:
                 async for frame in self._read_new(up_to=item.last_seq):
                     delivered = True
                     yield frame
-                if not delivered and not await self._session_exists():
+                if not delivered and await self._gone(item.last_seq):
                     yield self._deleted_frame()
                     return
 
@@ -248,6 +252,19 @@ class EventStream:
         if kind == "event_delta" and str(payload.get("event_id")) in self._previews:
             return sse_frame("event_delta", payload)
         return None
+
+    async def _gone(self, last_seq: int) -> bool:
+        """A notice brought no event: was the session deleted? A deletion here says so with seq 0
+        (checked every time); a repeat notice of events already sent (the same append noticed by
+        the API or harness and by the store's feed) is checked at most every
+        ``_REPEAT_CHECK_INTERVAL_S`` (a deletion by another process is seen within it), not once
+        per event."""
+        if 0 < last_seq <= self._last_seq:
+            now = time.monotonic()
+            if now - self._repeat_checked_at < _REPEAT_CHECK_INTERVAL_S:
+                return False
+            self._repeat_checked_at = now
+        return not await self._session_exists()
 
     async def _session_exists(self) -> bool:
         try:

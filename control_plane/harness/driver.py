@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -68,7 +69,7 @@ from control_plane.store.base import Event, NewEvent, Resource, Store
 from outpost_wire.errors import OutpostError
 from outpost_wire.results import ToolResult
 
-__all__ = ["DriverContext", "SessionDriver", "ToolGateway"]
+__all__ = ["DriverContext", "RecentSessions", "SessionDriver", "ToolGateway"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +122,30 @@ class ToolGateway(Protocol):
         """How long a call waits for an edge of its environment when none is connected."""
 
 
+class RecentSessions:
+    """Session ids, remembering at most ``capacity``: past it the longest-remembered is forgotten
+    (a hint such as "has a sandbox" that costs a round trip to learn again, never state)."""
+
+    def __init__(self, capacity: int = 10_000) -> None:
+        self._capacity = capacity
+        self._ids: OrderedDict[str, None] = OrderedDict()
+
+    def add(self, session_id: str) -> None:
+        self._ids[session_id] = None
+        self._ids.move_to_end(session_id)
+        while len(self._ids) > self._capacity:
+            self._ids.popitem(last=False)
+
+    def discard(self, session_id: str) -> None:
+        self._ids.pop(session_id, None)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self._ids
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+
 @dataclass
 class DriverContext:
     """What every session's driver shares (owned by the ``Harness``)."""
@@ -131,8 +156,8 @@ class DriverContext:
     bus: EventBus
     config: HarnessConfig
     clock: Callable[[], datetime]
-    provisioned: set[str] = field(default_factory=set)  # sessions known to have a sandbox
-    edge_outages: set[str] = field(default_factory=set)  # sessions told their environment has no edge
+    provisioned: RecentSessions = field(default_factory=RecentSessions)  # sessions known to have a sandbox
+    edge_outages: RecentSessions = field(default_factory=RecentSessions)  # told their environment has no edge
     background: set[asyncio.Task[None]] = field(default_factory=set)  # speculative provisioning
     new_id: Callable[[], str] = ev.new_event_id
     mcp: McpBackend | None = None  # None: MCP servers are reported unavailable
@@ -163,12 +188,17 @@ class SessionDriver:
         self._ctx = ctx
         self._prefetched = session
         self._pending_update: asyncio.Task[None] | None = None
+        #: The session resource as this driver last read or wrote it: a status or usage update
+        #: is tried against its version first (a conflict re-reads), saving a read per update.
+        self._resource: Resource | None = None
         self._sid = session_id
         self._lease = lease
         self._wake = wake
         self._state = SessionState()
         self._agent: AgentSpec | None = None
         self.environment_id: str | None = None
+        #: The session runs no more (archived, terminated or deleted): the harness forgets it.
+        self.ended = False
 
     async def run(self) -> None:
         """Step until idle. Returns quietly when fenced, when the lease is lost or when the
@@ -211,6 +241,7 @@ class SessionDriver:
             except SequenceConflict:
                 log.debug("session %s: new events arrived; deciding again", self._sid)
         await self._update_resource(status=self._state.status)
+        self.ended = self._state.status == "terminated"
 
     async def _load_session(self) -> dict[str, Any] | None:
         resource, self._prefetched = self._prefetched, None
@@ -219,9 +250,12 @@ class SessionDriver:
                 resource = await self._ctx.store.get_resource("session", self._sid)
             except NotFound:
                 log.info("session %s: gone; nothing to run", self._sid)
+                self.ended = True
                 return None
         if resource.archived_at is not None or resource.body.get("status") == "terminated":
+            self.ended = True
             return None
+        self._resource = resource
         return resource.body
 
     async def _refresh(self) -> None:
@@ -567,25 +601,36 @@ class SessionDriver:
         if status is None and usage is None:
             return
         store = self._ctx.store
+        known, self._resource = self._resource, None
         for _ in range(_RESOURCE_RETRIES):
-            try:
-                resource = await store.get_resource("session", self._sid)
-            except NotFound:
-                raise _Stop("the session was deleted") from None
+            if known is not None:  # what this driver last saw: its version is checked by the write
+                resource, known = known, None
+                fresh = False
+            else:
+                try:
+                    resource = await store.get_resource("session", self._sid)
+                except NotFound:
+                    raise _Stop("the session was deleted") from None
+                fresh = True
             body = dict(resource.body)
             if status is not None and body.get("status") != "terminated":
                 body["status"] = status
             if usage is not None:
                 body["usage"] = {**(body.get("usage") or {}), **usage}
             if body == resource.body:
-                return
+                if fresh:
+                    self._resource = resource
+                    return
+                continue  # nothing to change as last seen: read it to be sure
             try:
-                await store.update_resource(
+                self._resource = await store.update_resource(
                     "session", self._sid, body, self._ctx.clock(), expected_version=resource.version
                 )
                 return
             except VersionConflict:
                 continue
+            except NotFound:
+                raise _Stop("the session was deleted") from None
         log.warning("session %s: could not update the session resource (kept conflicting)", self._sid)
 
 

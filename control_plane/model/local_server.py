@@ -51,6 +51,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--no-require-key", action="store_true", help="accept requests without a key")
     parser.add_argument("--request-log", type=Path, help="append every request to this JSONL file")
+    parser.add_argument(
+        "--keep-alive-s", type=int, default=5, help="close idle kept-alive connections after this (default 5)"
+    )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
     return parser.parse_args(argv)
 
@@ -66,6 +69,7 @@ def _build(args: argparse.Namespace) -> LocalModelServer:
         require_key=not args.no_require_key,
         api_key=api_key,
         request_log_path=args.request_log,
+        keep_alive_s=args.keep_alive_s,
     )
 
 

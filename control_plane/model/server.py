@@ -143,6 +143,7 @@ class LocalModelServer:
         ping: bool = True,
         startup_timeout_s: float = 10.0,
         shutdown_timeout_s: float = 5.0,
+        keep_alive_s: int = 5,
     ) -> None:
         if ttft_s < 0 or chunk_delay_s < 0:
             raise ValueError("ttft_s and chunk_delay_s must not be negative")
@@ -161,6 +162,7 @@ class LocalModelServer:
         self._ping = ping
         self._startup_timeout_s = startup_timeout_s
         self._shutdown_timeout_s = shutdown_timeout_s
+        self._keep_alive_s = keep_alive_s  # an idle kept-alive connection is closed after this
         self._requests: list[RecordedRequest] = []
         self._injected: deque[InjectedError] = deque()
         self._server: _EmbeddedServer | None = None
@@ -193,6 +195,7 @@ class LocalModelServer:
             lifespan="off",
             ws="none",
             timeout_graceful_shutdown=math.ceil(self._shutdown_timeout_s),
+            timeout_keep_alive=self._keep_alive_s,
         )
         # Set after construction: passing access_log=False would clear the process-wide
         # "uvicorn.access" logger's handlers, which another server in this process may use.

@@ -1,14 +1,17 @@
-"""``AnthropicModelClient`` against the local model server: streaming events and error mapping."""
+"""``AnthropicModelClient`` against the local model server: streaming events and error mapping, the
+message built from the raw stream equal to the SDK's own, and a pool smaller than the concurrency."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from typing import Any
 
+import anthropic
 import pytest
 
 from control_plane.harness import AnthropicModelClient, BlockStart, ModelError, StreamEvent, TextDelta
-from control_plane.harness.model import ModelRetryableError, ModelTerminalError
+from control_plane.harness.model import ModelRetryableError, ModelTerminalError, _MessageAccumulator
 from control_plane.model import LocalModelServer, Script, Text, Thinking, ToolUse, Turn
 
 REQUEST: dict[str, Any] = {
@@ -99,3 +102,60 @@ async def test_api_key_is_never_in_the_error_message() -> None:
             await client.stream(REQUEST, lambda _: None)
         await client.close()
     assert "sk-secret-wrong-key" not in str(caught.value)
+
+
+TURNS = [
+    Turn([Text("Just a short answer, in a few words.")]),
+    Turn(
+        [
+            Thinking("Let me think about it first."),
+            Text("I will list the files."),
+            ToolUse("bash", {"command": "ls -la", "nested": {"n": [1, 2.5, None, "x"]}}, "toolu_A"),
+        ]
+    ),
+    Turn([ToolUse("write", {"file_path": "a.txt", "content": 'é ✓ "quoted"\n' * 5}, "toolu_B")]),
+]
+
+
+@pytest.mark.parametrize("turn", TURNS, ids=["text", "thinking-text-tool", "tool-only"])
+async def test_the_message_and_events_match_the_sdks_own_stream(turn: Turn) -> None:
+    """The stream is parsed without the SDK's typed events: what it returns and reports must be
+    what the SDK's ``MessageStream`` gives for the same bytes."""
+    async with LocalModelServer(Script([turn, turn])) as server:
+        client = AnthropicModelClient(base_url=server.base_url, api_key="test", pool_shards=2)
+        seen: list[StreamEvent] = []
+        ours = await client.stream(REQUEST, seen.append)
+        await client.close()
+        sdk = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0)
+        expected: list[StreamEvent] = []
+        async with sdk.messages.stream(**REQUEST) as stream:
+            async for event in stream:
+                if event.type == "content_block_start":
+                    expected.append(BlockStart(event.index, event.content_block.type))
+                elif event.type == "content_block_delta" and event.delta.type == "text_delta":
+                    expected.append(TextDelta(event.index, event.delta.text))
+            final = (await stream.get_final_message()).model_dump(mode="json", exclude_none=True)
+        await sdk.close()
+    assert seen == expected
+    ours.pop("id"), final.pop("id")  # each request gets its own message id
+    assert ours == final
+
+
+async def test_concurrent_streams_share_a_small_pool() -> None:
+    """More concurrent requests than connections: they queue for a connection of their shard."""
+    async with LocalModelServer(lambda _request: Turn.text("pooled answer"), ttft_s=0.05) as server:
+        client = AnthropicModelClient(
+            base_url=server.base_url, api_key="test", max_connections=4, pool_shards=2
+        )
+        messages = await asyncio.gather(*(client.stream(REQUEST, lambda _: None) for _ in range(20)))
+        await client.close()
+        assert server.request_count == 20
+    assert all(m["content"] == [{"type": "text", "text": "pooled answer"}] for m in messages)
+
+
+def test_a_stream_without_message_start_is_a_retryable_error() -> None:
+    accumulator = _MessageAccumulator(lambda _: None)
+    with pytest.raises(ModelRetryableError, match="message_start"):
+        accumulator.add("content_block_start", '{"index": 0, "content_block": {"type": "text", "text": ""}}')
+    with pytest.raises(ModelRetryableError, match="ended before"):
+        accumulator.result()

@@ -10,7 +10,7 @@ import control_plane.sessions as sessions
 
 EXPECTED = {
     "control_plane.api.agents": {"agents_router", "new_agent_id", "stored_tool_params"},
-    "control_plane.api.app": {"ApiConfig", "ApiServices", "NullRunner", "create_app"},
+    "control_plane.api.app": {"ApiConfig", "ApiServices", "NullRunner", "RequestIdMiddleware", "create_app"},
     "control_plane.api.api_keys": {
         "MAX_ENVIRONMENTS",
         "MAX_TTL_S",
