@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from control_plane.store.base import Event
 
 __all__ = ["Delta", "EventBus", "Persisted", "Subscription"]
 
@@ -29,6 +31,10 @@ _QUEUE_LIMIT = 1024
 class Persisted:
     session_id: str
     last_seq: int
+    # The append's events themselves, when this process made it (consecutive seqs ending at
+    # ``last_seq``): a stream that has sent everything before them sends these without reading
+    # the store. Empty for notices from the store's feed.
+    events: tuple[Event, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +79,13 @@ class EventBus:
     def __init__(self) -> None:
         self._subs: dict[str, set[Subscription]] = {}
 
-    def publish_persisted(self, session_id: str, last_seq: int) -> None:
-        for sub in self._subs.get(session_id, ()):
-            sub._offer(Persisted(session_id, last_seq))
+    def publish_persisted(self, session_id: str, last_seq: int, events: Sequence[Event] = ()) -> None:
+        subs = self._subs.get(session_id)
+        if not subs:
+            return
+        item = Persisted(session_id, last_seq, tuple(events))
+        for sub in subs:
+            sub._offer(item)
 
     def publish_delta(self, session_id: str, payload: dict[str, Any]) -> None:
         for sub in self._subs.get(session_id, ()):

@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection
+from collections.abc import AsyncIterator, Callable, Collection, Iterator
 from datetime import datetime
 from typing import Any
 
@@ -208,12 +208,32 @@ class EventStream:
                     yield preview
             else:
                 delivered = False
+                for frame in self._take_carried(item.events):
+                    delivered = True
+                    yield frame
                 async for frame in self._read_new(up_to=item.last_seq):
                     delivered = True
                     yield frame
                 if not delivered and await self._gone(item.last_seq):
                     yield self._deleted_frame()
                     return
+
+    def _take_carried(self, events: tuple[Event, ...]) -> Iterator[bytes]:
+        """The events a notice carries (this process's own append), if they follow the last one
+        sent: no store read. Otherwise nothing (``_read_new`` reads what is missing)."""
+        fresh = [e for e in events if e.seq > self._last_seq]
+        if not fresh or fresh[0].seq != self._last_seq + 1:
+            return
+        for event in fresh:
+            self._sent(event)
+            yield self._event_frame(event)
+
+    def _sent(self, event: Event) -> None:
+        self._last_seq = event.seq
+        self._previews.pop(event.id, None)
+        self._delivered[event.id] = None
+        if len(self._delivered) > _MAX_OPEN_PREVIEWS:
+            self._delivered.pop(next(iter(self._delivered)))
 
     async def _read_new(self, up_to: int) -> AsyncIterator[bytes]:
         """Events after the last one sent, up to seq ``up_to``: reading no further than the
@@ -223,11 +243,7 @@ class EventStream:
                 self._session_id, after_seq=self._last_seq, before_seq=up_to + 1, limit=_READ_BATCH
             )
             for event in batch:
-                self._last_seq = event.seq
-                self._previews.pop(event.id, None)
-                self._delivered[event.id] = None
-                if len(self._delivered) > _MAX_OPEN_PREVIEWS:
-                    self._delivered.pop(next(iter(self._delivered)))
+                self._sent(event)
                 yield self._event_frame(event)
             if len(batch) < _READ_BATCH:
                 return

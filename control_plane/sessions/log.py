@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -51,10 +52,15 @@ async def append_and_publish(
     expected_seq: int | None = None,
     epoch: int | None = None,
 ) -> list[Event]:
-    """``store.append`` then ``bus.publish_persisted`` with the highest stored seq."""
+    """``store.append`` then ``bus.publish_persisted`` with the highest stored seq, and the
+    stored events when they are one run of seqs (so this process's streams need not read them
+    back)."""
     stored = await store.append(session_id, events, now, expected_seq=expected_seq, epoch=epoch)
     if stored:
-        bus.publish_persisted(session_id, max(e.seq for e in stored))
+        ordered = sorted(stored, key=lambda e: e.seq)
+        last = ordered[-1].seq
+        run = all(b.seq == a.seq + 1 for a, b in itertools.pairwise(ordered))
+        bus.publish_persisted(session_id, last, ordered if run else ())
     return stored
 
 

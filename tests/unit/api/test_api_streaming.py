@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -13,7 +14,8 @@ from control_plane.api.errors import ApiError
 from control_plane.api.streaming import PING_FRAME, EventStream, StreamSlots, sse_frame
 from control_plane.bus import EventBus
 from control_plane.sessions.events import new_event_id
-from control_plane.store.base import NewEvent
+from control_plane.sessions.log import append_and_publish
+from control_plane.store.base import Event, NewEvent
 from control_plane.store.memory import MemoryStore
 
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
@@ -161,3 +163,32 @@ def test_stream_slots_cap_per_key_then_in_all() -> None:
     assert slots.held_by("key_a") == slots.held_by("key_b") == 0
     with pytest.raises(ValueError):
         StreamSlots(max_per_key=0, max_total=1)
+
+
+class CountingStore(MemoryStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.event_reads = 0
+
+    async def get_events(self, session_id: str, **kwargs: Any) -> list[Event]:  # type: ignore[override]
+        self.event_reads += 1
+        return await super().get_events(session_id, **kwargs)
+
+
+async def test_events_carried_by_this_process_notices_are_sent_without_reading_the_store() -> None:
+    store, bus = CountingStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    stream = await open_stream(store, bus)
+    frames = stream.frames()
+    first = [NewEvent("a", "session.status_running"), NewEvent("b", "agent.message", {"content": []})]
+    await append_and_publish(store, bus, "sesn_1", first, NOW)
+    assert [parse(await next_frame(frames))[1]["id"] for _ in first] == ["a", "b"]
+    assert store.event_reads == 0
+    # An append this stream did not hear about (another process's, its notice lost) leaves a gap:
+    # the next carried notice does not follow the last event sent, so the stream reads the store.
+    await store.append("sesn_1", [NewEvent("c", "agent.message", {"content": []})], NOW)
+    await append_and_publish(store, bus, "sesn_1", [NewEvent("d", "session.status_idle")], NOW)
+    assert [parse(await next_frame(frames))[1]["id"] for _ in "cd"] == ["c", "d"]
+    assert store.event_reads == 1
+    await frames.aclose()
+    stream.close()
