@@ -26,6 +26,7 @@ from control_plane.tunnel.pump import pump
 from control_plane.tunnel.registry import EdgeRegistry
 from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
 from outpost_wire.errors import ErrorCode
+from outpost_wire.grpc_wakeups import drain_grpc_wakeups
 from outpost_wire.session import SessionConfig
 from outpost_wire.throttle import LogThrottle
 
@@ -126,6 +127,8 @@ class GrpcTunnelServer:
         if self.port == 0:
             raise ListenFailed("tunnel", self._address, "address in use or not available")
         await self._server.start()
+        # Without this a busy loop stalls every tunnel for seconds (see outpost_wire.grpc_wakeups).
+        drain_grpc_wakeups()
         self._started = True
         log.info("tunnel server listening on %s (gRPC, mTLS)", self.address)
         return self.port

@@ -17,6 +17,7 @@ import grpc.aio
 from edge_agent.connection.proxy import ProxyConfig
 from edge_agent.connection.transport import TransportError
 from outpost_wire.channel import CONNECT_METHOD, grpc_message_limit
+from outpost_wire.grpc_wakeups import drain_grpc_wakeups
 
 __all__ = ["GrpcTransport", "connect_grpc"]
 
@@ -181,6 +182,8 @@ async def connect_grpc(
             "(network unreachable, TLS handshake refused, proxy refusal, or wrong address)"
         ) from None
     call = channel.stream_stream(CONNECT_METHOD, request_serializer=None, response_deserializer=None)()
+    # Keep a busy loop from stalling the tunnel for seconds (see outpost_wire.grpc_wakeups).
+    drain_grpc_wakeups()
     return GrpcTransport(channel, call)
 
 
