@@ -189,6 +189,9 @@ def _sdk_http_library() -> Any:
     return importlib.import_module(type(anthropic.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0])
 
 
+_KEEPALIVE_EXPIRY_S = 4.0
+
+
 def _sdk_client(
     base_url: str | None,
     api_key: str | None,
@@ -197,8 +200,13 @@ def _sdk_client(
     max_connections: int,
     tls: ssl.SSLContext,
 ) -> anthropic.AsyncAnthropic:
+    # Idle connections are closed by the client before a server's usual 5 s keep-alive
+    # (uvicorn's default, many proxies') would close them: reusing one just as the server closes
+    # it fails the request with a connection error (seen in bursts at 1,000 sessions).
     limits = _sdk_http_library().Limits(
-        max_connections=max_connections, max_keepalive_connections=max_connections
+        max_connections=max_connections,
+        max_keepalive_connections=max_connections,
+        keepalive_expiry=_KEEPALIVE_EXPIRY_S,
     )
     options: dict[str, Any] = {
         "timeout": timeout_s,
