@@ -190,8 +190,8 @@ def main() -> int:
         ).json()
         print("".join(b.get("text", "") for b in r["content"]).strip())
         print(
-            f"({(time.perf_counter() - t0) * 1000:.0f} ms including giving the session its sandbox"
-            " (from the edge's warm pool); only 'lo': no network)"
+            f"({(time.perf_counter() - t0) * 1000:.0f} ms including giving the session its sandbox;"
+            " only 'lo': no network)"
         )
         api.post("/v1/sandboxes/destroy", json={"environment_id": env["id"], "session_id": "by-hand"})
 
