@@ -13,10 +13,22 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from control_plane.harness import HarnessConfig
 from control_plane.harness import events as ev
 from control_plane.sessions.agent_config import ToolParams, resolve_model, resolve_tools
 from control_plane.store.base import Event, NewEvent, Store
 from outpost_wire.results import ToolResult
+
+# Short scans and retries, so that tests do not wait on the defaults (seconds); the defaults are
+# run by the end-to-end tests on shipped configuration.
+FAST = HarnessConfig(
+    lease_ttl_s=3.0,
+    lease_scan_interval_s=0.2,
+    lease_busy_retry_s=0.05,
+    model_backoff_initial_s=0.05,
+    model_backoff_max_s=0.2,
+    max_tokens=512,
+)
 
 ENV = "env_test"
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from harness_support import (
+    FAST,
     FakeGateway,
     create_session,
     idle_count,
@@ -20,19 +21,10 @@ from harness_support import (
 )
 
 from control_plane.bus import EventBus
-from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
+from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.model import LocalModelServer, Script
 from control_plane.store import SqliteStore
 
-# Short scans and retries so that the test does not wait on the defaults (seconds).
-FAST = HarnessConfig(
-    lease_ttl_s=3.0,
-    lease_scan_interval_s=0.2,
-    lease_busy_retry_s=0.05,
-    model_backoff_initial_s=0.05,
-    model_backoff_max_s=0.2,
-    max_tokens=512,
-)
 SESSIONS = 12
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from harness_support import (
+    FAST,
     FakeGateway,
     create_session,
     idle_count,
@@ -29,15 +30,6 @@ from control_plane.harness import events as ev
 from control_plane.model import LocalModelServer, Script, ToolUse, Turn
 from control_plane.store import SqliteStore
 from control_plane.tunnel import SandboxMove
-
-FAST = HarnessConfig(
-    lease_ttl_s=3.0,
-    lease_scan_interval_s=0.2,
-    lease_busy_retry_s=0.05,
-    model_backoff_initial_s=0.05,
-    model_backoff_max_s=0.2,
-    max_tokens=512,
-)
 
 
 @pytest.fixture
