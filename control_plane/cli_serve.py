@@ -237,6 +237,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def _run(config: ControlPlaneConfig) -> int:
     from control_plane import server
+    from control_plane.gc_tuning import tune_for_serving
     from control_plane.http_limits import raise_open_file_limit
 
     # Every connection holds a descriptor: lift a shell's soft limit (often 1,024) towards the hard one.
@@ -258,6 +259,7 @@ async def _run(config: ControlPlaneConfig) -> int:
         async with server.ControlPlane(config) as cp:
             print(f"Outpost control plane {cp.id}: API {cp.http_url}, tunnel {cp.tunnel_address}", flush=True)
             print(f"admin API key: {cp.admin_key_path}", flush=True)
+            tune_for_serving(config.gc_thresholds)  # what is alive now is frozen out of collections
             # Serving: READY=1 now, then WATCHDOG=1 while this event loop turns (the drain included).
             serving = asyncio.Event()
             serving.set()
