@@ -1,40 +1,41 @@
-"""The model seam: a :class:`ModelClient` protocol and its ``anthropic`` SDK implementation.
+"""The model seam: a :class:`ModelClient` protocol and its Messages-API implementation.
 
 The harness streams one Messages request at a time through :meth:`ModelClient.stream`, which
 reports content-block starts and text deltas as they arrive (so they can be fanned out as
 ``event_start`` / ``event_delta`` frames) and returns the complete assistant message as JSON.
 
-Errors of the ``anthropic`` SDK are mapped here, once, to::
+:class:`AnthropicModelClient` speaks the Messages API's wire format (``POST /v1/messages`` with
+``stream: true``, server-sent events) over ``aiohttp``, and builds the message from the events'
+JSON exactly as the official SDK's ``MessageStream`` builds it (a test holds the two equal on the
+same bytes). It does not go through the SDK: the SDK's request machinery, ``httpx`` and a model
+object per event cost about 2 ms of CPU per request, over four times what this costs
+(``bench/bench_turn_cpu.py``). Errors are mapped here, once, as the SDK's status errors would
+be::
 
     ControlPlaneError (control_plane.errors)
     └── ModelError              .error_type (the session.error type), .retryable
         ├── ModelRetryableError overloaded (529), rate limited (429), 5xx, 408/409, connection/timeout,
-        │                       anything unexpected
-        └── ModelTerminalError  every other 4xx (bad request, authentication, permission ...),
-                                missing credentials
+        │                       an ``error`` event in the stream, anything unexpected
+        └── ModelTerminalError  every other 4xx (bad request, authentication, permission ...)
 
-The SDK's own retries are off by default (``max_retries=0``): the harness retries with backoff and
-records each failure in the session log (``session.error`` with ``retry_status``).
-
-The stream is read as plain server-sent events (``messages.with_streaming_response``) and the
-message is built from their JSON as the SDK's ``MessageStream`` builds it, without a model object
-per event: the SDK's typed stream cost most of a turn's CPU. The SDK still sends the request,
-raises its status errors and retries (when ``max_retries`` is set); an ``error`` event in the
-stream becomes the SDK's status error, as its own stream raises it.
+There are no retries here: the harness retries with backoff and records each failure in the
+session log (``session.error`` with ``retry_status``). Like the SDK, the client honours
+``HTTPS_PROXY`` / ``NO_PROXY`` and verifies TLS against the system's CA store (``SSL_CERT_FILE``
+overrides it).
 """
 
 from __future__ import annotations
 
-import importlib
-import itertools
+import asyncio
 import json
 import logging
+import os
 import ssl
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import anthropic
+import aiohttp
 import jiter
 
 from control_plane.errors import ControlPlaneError
@@ -48,7 +49,7 @@ __all__ = [
     "ModelTerminalError",
     "StreamEvent",
     "TextDelta",
-    "map_anthropic_error",
+    "error_for_status",
 ]
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,13 @@ BILLING = "billing_error"
 
 #: Connections to the model endpoint, open and idle alike (one per concurrent model request).
 DEFAULT_MAX_CONNECTIONS = 1000
-#: Connection pools the connections are spread over (see :class:`AnthropicModelClient`).
-DEFAULT_POOL_SHARDS = 32
+DEFAULT_BASE_URL = "https://api.anthropic.com"
+API_VERSION = "2023-06-01"
+#: Idle connections are closed before a server's usual 5 s keep-alive (uvicorn's default, many
+#: proxies') would close them: reusing one just as the server closes it fails the request.
+_KEEPALIVE_S = 4.0
+#: The most of an error response's body read to explain it.
+_ERROR_BODY_BYTES = 64 * 1024
 
 
 class ModelError(ControlPlaneError):
@@ -123,16 +129,13 @@ class ModelClient(Protocol):
 
 
 class AnthropicModelClient:
-    """:class:`ModelClient` on the official SDK (``AsyncAnthropic``).
+    """:class:`ModelClient` for a Messages-API endpoint (Anthropic's, or any compatible server).
 
-    ``base_url`` / ``api_key`` default to the SDK's own lookup (``ANTHROPIC_BASE_URL``,
-    ``ANTHROPIC_API_KEY``). The key is never logged.
-
-    Connections: up to ``max_connections`` to the model endpoint, all kept alive when idle (the
-    SDK's default keeps 100 of 1,000, so past 100 concurrent sessions a request would often open a
-    new one), spread over ``pool_shards`` pools taken in turn: the HTTP pool checks each of its
-    idle connections whenever a request starts or ends, which over one pool of a thousand cost
-    more than the rest of the request."""
+    ``base_url`` / ``api_key`` default to ``$ANTHROPIC_BASE_URL`` (else Anthropic's) and
+    ``$ANTHROPIC_API_KEY`` (else ``$ANTHROPIC_AUTH_TOKEN``, sent as a bearer token), as the SDK
+    looks them up. The key is never logged. ``timeout_s`` bounds connecting and each wait for the
+    next bytes of a response (a stream may run longer, as long as it keeps talking). Up to
+    ``max_connections`` connections, idle ones kept for 4 s."""
 
     def __init__(
         self,
@@ -140,144 +143,140 @@ class AnthropicModelClient:
         base_url: str | None = None,
         api_key: str | None = None,
         timeout_s: float = 600.0,
-        max_retries: int = 0,
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
-        pool_shards: int = DEFAULT_POOL_SHARDS,
-        client: anthropic.AsyncAnthropic | None = None,
     ) -> None:
-        if max_connections < 1 or pool_shards < 1:
-            raise ValueError("max_connections and pool_shards must be at least 1")
-        if client is not None:
-            self._clients = [client]
-        else:
-            per_shard = -(-max_connections // pool_shards)
-            http = _sdk_http_library()
-            # One TLS context for every pool (making one loads the CA bundle: tens of ms each).
-            tls = http.create_ssl_context()
-            self._clients = [
-                _sdk_client(base_url, api_key, timeout_s, max_retries, per_shard, tls)
-                for _ in range(pool_shards)
-            ]
-        self._next = itertools.cycle(self._clients)
+        if max_connections < 1:
+            raise ValueError("max_connections must be at least 1")
+        base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
+        self._url = base.rstrip("/") + "/v1/messages"
+        self._headers = {
+            "anthropic-version": API_VERSION,
+            "content-type": "application/json",
+            "accept": "text/event-stream",
+            "user-agent": "outpost-control",
+        }
+        key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+        token = os.environ.get("ANTHROPIC_AUTH_TOKEN")
+        if key:
+            self._headers["x-api-key"] = key
+        elif token:
+            self._headers["authorization"] = f"Bearer {token}"
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s)
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
+        self._closed = False
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._closed:
+            raise ModelTerminalError(REQUEST_FAILED, "the model client is closed")
+        if self._session is None:  # made in the running loop, at first use
+            connector = aiohttp.TCPConnector(
+                limit=self._max_connections,
+                limit_per_host=0,
+                keepalive_timeout=_KEEPALIVE_S,
+                ssl=ssl.create_default_context(),
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=self._timeout, trust_env=True, auto_decompress=True
+            )
+        return self._session
 
     async def stream(
         self, request: Mapping[str, Any], on_event: Callable[[StreamEvent], None]
     ) -> dict[str, Any]:
+        body = json.dumps({**request, "stream": True}, ensure_ascii=False).encode()
         try:
-            client = next(self._next)
-            async with client.messages.with_streaming_response.create(**request, stream=True) as response:
-                http_response = response.http_response
+            async with self._client().post(
+                self._url, data=body, headers=self._headers, allow_redirects=False
+            ) as response:
+                if response.status != 200:
+                    text = await response.content.read(_ERROR_BODY_BYTES)
+                    raise error_for_status(response.status, text)
                 message = _MessageAccumulator(on_event)
-                async for event, data in _sse_events(http_response.aiter_lines()):
+                async for event, data in _sse_events(response.content.iter_any()):
                     if event == "error":
-                        raise _stream_error(client, data, http_response)
+                        raise error_for_status(response.status, data)
                     message.add(event, data)
-                result = message.result()
+                return message.result()
         except ModelError:
             raise
-        except Exception as exc:
-            raise map_anthropic_error(exc) from exc
-        return result
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise ModelRetryableError(REQUEST_FAILED, f"cannot reach the model: {_describe(exc)}") from exc
+        except ValueError as exc:  # a malformed stream
+            raise ModelRetryableError(UNKNOWN, f"the model's stream could not be read: {exc}") from exc
 
     async def close(self) -> None:
-        for client in self._clients:
-            await client.close()
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
 
-def _sdk_http_library() -> Any:
-    """The HTTP library the SDK is built on (``httpx``, or its fork ``httpx2`` in newer SDKs)."""
-    return importlib.import_module(type(anthropic.DEFAULT_CONNECTION_LIMITS).__module__.partition(".")[0])
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-_KEEPALIVE_EXPIRY_S = 4.0
-
-
-def _sdk_client(
-    base_url: str | None,
-    api_key: str | None,
-    timeout_s: float,
-    max_retries: int,
-    max_connections: int,
-    tls: ssl.SSLContext,
-) -> anthropic.AsyncAnthropic:
-    # Idle connections are closed by the client before a server's usual 5 s keep-alive
-    # (uvicorn's default, many proxies') would close them: reusing one just as the server closes
-    # it fails the request with a connection error (seen in bursts at 1,000 sessions).
-    limits = _sdk_http_library().Limits(
-        max_connections=max_connections,
-        max_keepalive_connections=max_connections,
-        keepalive_expiry=_KEEPALIVE_EXPIRY_S,
-    )
-    options: dict[str, Any] = {
-        "timeout": timeout_s,
-        "max_retries": max_retries,
-        "http_client": anthropic.DefaultAsyncHttpxClient(limits=limits, timeout=timeout_s, verify=tls),
-    }
-    if base_url is not None:
-        options["base_url"] = base_url
-    if api_key is not None:
-        options["api_key"] = api_key
+def error_for_status(status: int, body: bytes | str) -> ModelError:
+    """The :class:`ModelError` for an error response (``status``) or an ``error`` event of a
+    stream (``status`` 200), as :mod:`anthropic` would classify its status error."""
+    kind: str | None = None
+    message = body.decode(errors="replace") if isinstance(body, bytes) else body
     try:
-        return anthropic.AsyncAnthropic(**options)
-    except anthropic.AnthropicError as exc:
-        raise ModelTerminalError(REQUEST_FAILED, f"cannot create the model client: {exc}") from None
-
-
-def _stream_error(client: anthropic.AsyncAnthropic, data: str, http_response: Any) -> Exception:
-    """An ``error`` event in the stream: the SDK's own status error for it (as its stream raises),
-    so that :func:`map_anthropic_error` maps it as before."""
-    body: object = data
-    try:
-        body = json.loads(data)
-        message = f"{body}"
+        parsed = json.loads(body)
     except ValueError:
-        message = data or f"Error code: {http_response.status_code}"
-    return client._make_status_error(message, body=body, response=http_response)
+        parsed = None
+    if isinstance(parsed, Mapping):
+        error = parsed.get("error")
+        if isinstance(error, Mapping):
+            kind = error.get("type") if isinstance(error.get("type"), str) else None
+            if isinstance(error.get("message"), str):
+                message = error["message"]
+    message = message.strip() or f"HTTP {status}"
+    if kind == "overloaded_error" or status == 529:
+        return ModelRetryableError(OVERLOADED, f"model overloaded: {message}")
+    if kind == "rate_limit_error" or status == 429:
+        return ModelRetryableError(RATE_LIMITED, f"model rate limited: {message}")
+    if kind in ("api_error", "timeout_error") or status >= 500 or status < 400 or status in (408, 409):
+        return ModelRetryableError(REQUEST_FAILED, f"model request failed ({status}): {message}")
+    if kind == "billing_error" or status == 402:
+        return ModelTerminalError(BILLING, f"model request refused ({status}): {message}")
+    return ModelTerminalError(REQUEST_FAILED, f"model request refused ({status}): {message}")
 
 
-def map_anthropic_error(exc: BaseException) -> ModelError:
-    """The one place an SDK exception becomes a :class:`ModelError`."""
-    if isinstance(exc, anthropic.APIStatusError):
-        message = exc.api_message or str(exc)
-        kind = exc.type
-        status = exc.status_code
-        if kind == "overloaded_error" or status == 529:
-            return ModelRetryableError(OVERLOADED, f"model overloaded: {message}")
-        if kind == "rate_limit_error" or status == 429:
-            return ModelRetryableError(RATE_LIMITED, f"model rate limited: {message}")
-        if kind in ("api_error", "timeout_error") or status >= 500 or status < 400 or status in (408, 409):
-            return ModelRetryableError(REQUEST_FAILED, f"model request failed ({status}): {message}")
-        if kind == "billing_error" or status == 402:
-            return ModelTerminalError(BILLING, f"model request refused ({status}): {message}")
-        return ModelTerminalError(REQUEST_FAILED, f"model request refused ({status}): {message}")
-    if isinstance(exc, anthropic.APIConnectionError):
-        return ModelRetryableError(REQUEST_FAILED, f"cannot reach the model: {exc}")
-    if isinstance(exc, anthropic.CredentialsError):
-        return ModelTerminalError(REQUEST_FAILED, f"model credentials: {exc}")
-    log.warning("unexpected error from the model client: %s: %s", type(exc).__name__, exc)
-    return ModelRetryableError(UNKNOWN, f"{type(exc).__name__}: {exc}")
-
-
-async def _sse_events(lines: AsyncIterator[str]) -> AsyncIterator[tuple[str, str]]:
+async def _sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, bytes]]:
     """``(event, data)`` of each server-sent event with a name and data (the Messages stream
-    names every event); comments, ``id`` and ``retry`` fields are skipped."""
+    names every event); comments, ``id`` and ``retry`` fields are skipped. Lines end in ``\\n``
+    or ``\\r\\n``; an event may span chunks, a chunk may hold many events."""
     event = ""
-    data: list[str] = []
-    async for line in lines:
-        if not line:
-            if event and data:
-                yield event, "\n".join(data)
-            event, data = "", []
-            continue
-        name, _, value = line.partition(":")
-        if value.startswith(" "):
-            value = value[1:]
-        if name == "data":
-            data.append(value)
-        elif name == "event":
-            event = value
-    if event and data:
-        yield event, "\n".join(data)
+    data: list[bytes] = []
+    buffer = b""
+    ended = False
+    while not ended:
+        chunk = await anext(chunks, None)
+        if chunk is None:
+            ended, lines, buffer = True, [buffer, b""], b""
+        else:
+            buffer += chunk
+            if b"\n" not in chunk:
+                continue
+            *lines, buffer = buffer.split(b"\n")
+        for line in lines:
+            if line.endswith(b"\r"):
+                line = line[:-1]
+            if not line:
+                if event and data:
+                    yield event, b"\n".join(data)
+                event, data = "", []
+                continue
+            name, _, value = line.partition(b":")
+            if value.startswith(b" "):
+                value = value[1:]
+            if name == b"data":
+                data.append(value)
+            elif name == b"event":
+                event = value.decode()
 
 
 #: Content blocks whose ``input`` is streamed as JSON text (``input_json_delta``).
@@ -295,7 +294,7 @@ class _MessageAccumulator:
         self._content: list[dict[str, Any]] = []
         self._json: dict[int, str] = {}  # tool input JSON text so far, by block index
 
-    def add(self, event: str, data: str) -> None:
+    def add(self, event: str, data: str | bytes) -> None:
         if event == "ping":
             return
         payload = json.loads(data)

@@ -122,7 +122,7 @@ async def test_the_message_and_events_match_the_sdks_own_stream(turn: Turn) -> N
     """The stream is parsed without the SDK's typed events: what it returns and reports must be
     what the SDK's ``MessageStream`` gives for the same bytes."""
     async with LocalModelServer(Script([turn, turn])) as server:
-        client = AnthropicModelClient(base_url=server.base_url, api_key="test", pool_shards=2)
+        client = AnthropicModelClient(base_url=server.base_url, api_key="test")
         seen: list[StreamEvent] = []
         ours = await client.stream(REQUEST, seen.append)
         await client.close()
@@ -144,9 +144,7 @@ async def test_the_message_and_events_match_the_sdks_own_stream(turn: Turn) -> N
 async def test_concurrent_streams_share_a_small_pool() -> None:
     """More concurrent requests than connections: they queue for a connection of their shard."""
     async with LocalModelServer(lambda _request: Turn.text("pooled answer"), ttft_s=0.05) as server:
-        client = AnthropicModelClient(
-            base_url=server.base_url, api_key="test", max_connections=4, pool_shards=2
-        )
+        client = AnthropicModelClient(base_url=server.base_url, api_key="test", max_connections=4)
         messages = await asyncio.gather(*(client.stream(REQUEST, lambda _: None) for _ in range(20)))
         await client.close()
         assert server.request_count == 20
