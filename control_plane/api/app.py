@@ -147,11 +147,18 @@ def create_app(services: ApiServices) -> FastAPI:
 
     app.add_middleware(RequestIdMiddleware)  # outermost
 
-    app.include_router(health_router(services.readiness))  # /healthz and /readyz
-
-    # The enrollment token is the credential for enrolling; everything else needs an API key.
-    app.include_router(enroll_router(services.enrollment, tunnel_address=services.tunnel_address))
     authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
+    # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
+    authed.include_router(
+        events_router(
+            services.store,
+            services.bus,
+            services.runner,
+            services.clock,
+            ping_interval_s=services.config.stream_ping_interval_s,
+            streams=StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total),
+        )
+    )
     fleet = FleetView(services.registry, services.store, services.clock, services.control_plane_id)
     authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=services.clock))
     authed.include_router(environments_router(services.store, services.clock, services.registry))
@@ -166,16 +173,6 @@ def create_app(services: ApiServices) -> FastAPI:
         )
     )
     authed.include_router(session_resources_router(services.store, tokens, services.clock))
-    authed.include_router(
-        events_router(
-            services.store,
-            services.bus,
-            services.runner,
-            services.clock,
-            ping_interval_s=services.config.stream_ping_interval_s,
-            streams=StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total),
-        )
-    )
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
     authed.include_router(
         vaults_router(services.vault, services.clock),
@@ -183,6 +180,9 @@ def create_app(services: ApiServices) -> FastAPI:
     )
     authed.include_router(api_keys_router(services.store, services.clock, keys))
     app.include_router(authed)
+    app.include_router(health_router(services.readiness))  # /healthz and /readyz
+    # The enrollment token is the credential for enrolling; everything else needs an API key.
+    app.include_router(enroll_router(services.enrollment, tunnel_address=services.tunnel_address))
     if services.metrics is not None:
         auth = None if services.config.metrics_public else require_admin_key("reading /metrics")
         app.include_router(metrics_router(services.metrics, auth))

@@ -31,7 +31,7 @@ import json
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable, Collection, Iterator
+from collections.abc import AsyncIterator, Callable, Collection
 from datetime import datetime
 from typing import Any
 
@@ -50,6 +50,8 @@ log = logging.getLogger(__name__)
 
 PING_FRAME = b"event: ping\ndata: {}\n\n"
 _READ_BATCH = 500
+#: Frames ready together are written together, up to about this many bytes per write.
+_COALESCE_BYTES = 64 * 1024
 _MAX_OPEN_PREVIEWS = 1024
 _REPEAT_CHECK_INTERVAL_S = 5.0
 
@@ -169,7 +171,7 @@ class EventStream:
         ping_interval_s: float,
         clock: Callable[[], datetime],
     ) -> EventStream:
-        subscription = bus.subscribe(session_id)
+        subscription = bus.subscribe(session_id, deltas=bool(delta_types))
         sub = subscription.__enter__()
         try:
             end = await store.last_seq(session_id)
@@ -195,38 +197,53 @@ class EventStream:
 
     async def frames(self) -> AsyncIterator[bytes]:
         """Backlog first (only when resuming from ``after_seq``), then live frames until the
-        session is deleted."""
-        async for frame in self._read_new(up_to=self._backlog_to):
-            yield frame
+        session is deleted. What is ready at once goes out in one write: the frames of the items
+        queued together (an append's events, a run of deltas), up to ``_COALESCE_BYTES``."""
+        async for chunk in self._read_new(up_to=self._backlog_to):
+            yield chunk
         while True:
             item = await self._sub.get(self._ping_interval_s)
             if item is None:
                 yield PING_FRAME  # keep-alive only: no store read (a deletion comes on the bus)
-            elif isinstance(item, Delta):
-                preview = self._delta_frame(item.payload)
-                if preview is not None:
-                    yield preview
-            else:
-                delivered = False
-                for frame in self._take_carried(item.events):
-                    delivered = True
-                    yield frame
-                async for frame in self._read_new(up_to=item.last_seq):
-                    delivered = True
-                    yield frame
-                if not delivered and await self._gone(item.last_seq):
-                    yield self._deleted_frame()
-                    return
+                continue
+            out: list[bytes] = []
+            size = 0
+            while item is not None:
+                if isinstance(item, Delta):
+                    preview = self._delta_frame(item.payload)
+                    if preview is not None:
+                        out.append(preview)
+                        size += len(preview)
+                else:
+                    delivered = False
+                    carried = self._take_carried(item.events)
+                    if carried:
+                        out.append(carried)
+                        size += len(carried)
+                        delivered = True
+                    async for chunk in self._read_new(up_to=item.last_seq):
+                        out.append(chunk)
+                        size += len(chunk)
+                        delivered = True
+                    if not delivered and await self._gone(item.last_seq):
+                        out.append(self._deleted_frame())
+                        yield b"".join(out)
+                        return
+                if size >= _COALESCE_BYTES:
+                    break
+                item = self._sub.get_nowait()
+            if out:
+                yield b"".join(out)
 
-    def _take_carried(self, events: tuple[Event, ...]) -> Iterator[bytes]:
-        """The events a notice carries (this process's own append), if they follow the last one
-        sent: no store read. Otherwise nothing (``_read_new`` reads what is missing)."""
+    def _take_carried(self, events: tuple[Event, ...]) -> bytes:
+        """The frames of the events a notice carries (this process's own append), if they follow
+        the last one sent: no store read. Otherwise nothing (``_read_new`` reads what is missing)."""
         fresh = [e for e in events if e.seq > self._last_seq]
         if not fresh or fresh[0].seq != self._last_seq + 1:
-            return
+            return b""
         for event in fresh:
             self._sent(event)
-            yield self._event_frame(event)
+        return b"".join(self._event_frame(event) for event in fresh)
 
     def _sent(self, event: Event) -> None:
         self._last_seq = event.seq
@@ -236,15 +253,17 @@ class EventStream:
             self._delivered.pop(next(iter(self._delivered)))
 
     async def _read_new(self, up_to: int) -> AsyncIterator[bytes]:
-        """Events after the last one sent, up to seq ``up_to``: reading no further than the
-        notification says keeps events and the deltas published between them in their order."""
+        """The frames of the events after the last one sent, up to seq ``up_to``, one chunk per
+        store read: reading no further than the notification says keeps events and the deltas
+        published between them in their order."""
         while self._last_seq < up_to:
             batch = await self._store.get_events(
                 self._session_id, after_seq=self._last_seq, before_seq=up_to + 1, limit=_READ_BATCH
             )
             for event in batch:
                 self._sent(event)
-                yield self._event_frame(event)
+            if batch:
+                yield b"".join(self._event_frame(event) for event in batch)
             if len(batch) < _READ_BATCH:
                 return
 

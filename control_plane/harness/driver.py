@@ -9,6 +9,12 @@ out on the bus, the whole outcome appended at once), tool calls through the gate
 ``agent.mcp_tool_use`` event id is the key), and session resource updates (``status``,
 ``usage``). After every append it publishes ``publish_persisted``.
 
+Round trips: the log is read once when the driver starts and again only when it may hold events
+the driver has not seen (a wake arrived, an append conflicted, or the events the driver appended
+do not follow the last one it knew): its own appends are folded in from the store's reply. The
+session resource is written when its status changes; the usage of a model request rides on the
+next status write (the API reads usage from the log, the resource's copy is for operators).
+
 Before a model call of an agent with MCP servers, the driver lists their tools (the servers not
 already found unavailable this turn) and decides again with that offer as data
 (:mod:`~control_plane.harness.mcp_offer`): the step function stays pure.
@@ -195,6 +201,10 @@ class SessionDriver:
         self._lease = lease
         self._wake = wake
         self._state = SessionState()
+        #: The folded state may lack events: read the log before the next decision.
+        self._stale = True
+        #: Usage not yet written to the session resource (written with the next status).
+        self._usage_due: Mapping[str, int] | None = None
         self._agent: AgentSpec | None = None
         self.environment_id: str | None = None
         #: The session runs no more (archived, terminated or deleted): the harness forgets it.
@@ -224,7 +234,8 @@ class SessionDriver:
         while True:
             if self._lease.lost.is_set():
                 raise _Stop("lease lost")
-            await self._refresh()
+            if self._stale or self._wake.is_set():
+                await self._refresh()
             decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock())
             if isinstance(decision.effect, CallModel) and self._agent.mcp_servers:
                 try:
@@ -240,7 +251,10 @@ class SessionDriver:
                 await self._perform(decision)
             except SequenceConflict:
                 log.debug("session %s: new events arrived; deciding again", self._sid)
-        await self._update_resource(status=self._state.status)
+                self._stale = True
+        known = self._resource
+        if self._usage_due is not None or known is None or known.body.get("status") != self._state.status:
+            await self._update_resource(status=self._state.status)
         self.ended = self._state.status == "terminated"
 
     async def _load_session(self) -> dict[str, Any] | None:
@@ -259,8 +273,23 @@ class SessionDriver:
         return resource.body
 
     async def _refresh(self) -> None:
+        self._stale = False
         events = await self._ctx.store.get_events(self._sid, after_seq=self._state.last_seq)
         for event in events:
+            self._state.apply(event)
+
+    def _fold_own(self, stored: Sequence[Event]) -> None:
+        """Fold in events this driver just appended if they follow the last event it knows;
+        otherwise others were appended in between: the next decision reads the log first."""
+        if self._stale:
+            return
+        expected = self._state.last_seq + 1
+        for event in stored:
+            if event.seq != expected:
+                self._stale = True
+                return
+            expected += 1
+        for event in stored:
             self._state.apply(event)
 
     # -- performing a decision --------------------------------------------------------------------
@@ -291,7 +320,7 @@ class SessionDriver:
     async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
         events = [NewEvent(d.id or self._ctx.new_id(), d.type, d.payload) for d in drafts]
         try:
-            return await append_and_publish(
+            stored = await append_and_publish(
                 self._ctx.store,
                 self._ctx.bus,
                 self._sid,
@@ -302,6 +331,11 @@ class SessionDriver:
             )
         except Fenced as exc:
             raise _Stop(f"fenced: {exc}") from None
+        except BaseException:
+            self._stale = True  # whether it landed is unknown: read the log
+            raise
+        self._fold_own(stored)
+        return stored
 
     async def _append_with_status(
         self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None
@@ -369,14 +403,15 @@ class SessionDriver:
         block_ids = _block_event_ids(message, ids, self._ctx.new_id)
         drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before, call.mcp)
         await self._append(drafts)
-        await self._update_resource(usage=drafts[-1].payload["usage"])
+        self._usage_due = drafts[-1].payload["usage"]
 
     def _on_stream(self, ids: dict[int, str]) -> Callable[[StreamEvent], None]:
         """Fan model stream events out as ``event_start`` / ``event_delta``; ``ids`` receives the
         event id of every content block (consecutive text blocks share one ``agent.message``)."""
         kinds: dict[int, str] = {}
         group_start: dict[int, int] = {}
-        publish = self._ctx.bus.publish_delta
+        bus = self._ctx.bus
+        publish = bus.publish_delta
 
         def on_event(item: StreamEvent) -> None:
             if isinstance(item, BlockStart):
@@ -395,7 +430,7 @@ class SessionDriver:
                 else:
                     return
                 publish(self._sid, {"type": "event_start", "event": {"type": kind, "id": event_id}})
-            elif isinstance(item, TextDelta) and item.index in ids:
+            elif isinstance(item, TextDelta) and item.index in ids and bus.wants_deltas(self._sid):
                 delta = {
                     "type": "content_delta",
                     "index": item.index - group_start[item.index],
@@ -557,6 +592,7 @@ class SessionDriver:
                 return "lease"
             if self._wake.is_set():
                 self._wake.clear()
+                self._stale = True  # the wake's events are read before the next decision
                 try:
                     found = await self._ctx.store.get_events(
                         self._sid, after_seq=after_seq, types=[ev.USER_INTERRUPT], limit=1
@@ -597,7 +633,10 @@ class SessionDriver:
         await self._write_resource(status=status, usage=usage)
 
     async def _write_resource(self, *, status: str | None, usage: Mapping[str, int] | None) -> None:
-        """(The API may update the same resource concurrently: retry on ``VersionConflict``.)"""
+        """(The API may update the same resource concurrently: retry on ``VersionConflict``.)
+        Usage still due from the last model request is written along."""
+        if usage is None:
+            usage, self._usage_due = self._usage_due, None
         if status is None and usage is None:
             return
         store = self._ctx.store

@@ -12,7 +12,7 @@ import pytest
 
 from control_plane.api.errors import ApiError
 from control_plane.api.streaming import PING_FRAME, EventStream, StreamSlots, sse_frame
-from control_plane.bus import EventBus
+from control_plane.bus import Delta, EventBus, Persisted
 from control_plane.sessions.events import new_event_id
 from control_plane.sessions.log import append_and_publish
 from control_plane.store.base import Event, NewEvent
@@ -24,6 +24,16 @@ NOW = datetime(2030, 1, 1, tzinfo=UTC)
 def parse(frame: bytes) -> tuple[str, dict[str, object]]:
     fields = dict(line.split(": ", 1) for line in frame.decode().strip().split("\n"))
     return fields["event"], json.loads(fields["data"])
+
+
+async def split_frames(chunks: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """One SSE frame at a time from the stream's writes (a write may hold several frames)."""
+    try:
+        async for chunk in chunks:
+            for frame in chunk.split(b"\n\n")[:-1]:
+                yield frame + b"\n\n"
+    finally:
+        await chunks.aclose()  # type: ignore[attr-defined]
 
 
 async def next_frame(frames: AsyncIterator[bytes]) -> bytes:
@@ -47,7 +57,7 @@ async def test_only_events_after_connecting_then_pings() -> None:
     await store.append("sesn_1", [NewEvent("old", "user.message", {"content": []})], NOW)
     stream = await open_stream(store, bus)
     assert bus.subscriber_count("sesn_1") == 1
-    frames = stream.frames()
+    frames = split_frames(stream.frames())
     await store.append("sesn_1", [NewEvent("new", "session.status_running")], NOW)
     bus.publish_persisted("sesn_1", 2)
     assert parse(await next_frame(frames)) == (
@@ -66,7 +76,7 @@ async def test_resume_delta_filter_and_delete() -> None:
     await store.create_resource("session", "sesn_1", {}, NOW)
     await store.append("sesn_1", [NewEvent("e1", "session.status_running")], NOW)
     stream = await open_stream(store, bus, after_seq=0, delta_types={"agent.message"})
-    frames = stream.frames()
+    frames = split_frames(stream.frames())
     assert parse(await next_frame(frames))[1]["id"] == "e1"  # backlog after after_seq
 
     message_id = new_event_id()
@@ -98,7 +108,7 @@ async def test_events_and_previews_keep_their_published_order() -> None:
     store, bus = MemoryStore(), EventBus()
     await store.create_resource("session", "sesn_1", {}, NOW)
     stream = await open_stream(store, bus, delta_types={"agent.message"})
-    frames = stream.frames()
+    frames = split_frames(stream.frames())
     await store.append("sesn_1", [NewEvent("run", "session.status_running")], NOW)
     bus.publish_persisted("sesn_1", 1)
     bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": "msg"}})
@@ -134,7 +144,7 @@ async def test_pings_read_nothing_from_the_store() -> None:
     store, bus = _CountingStore(), EventBus()
     await store.create_resource("session", "sesn_1", {}, NOW)
     stream = await open_stream(store, bus)
-    frames = stream.frames()
+    frames = split_frames(stream.frames())
     store.reads = 0
     for _ in range(5):
         assert await next_frame(frames) == PING_FRAME
@@ -179,7 +189,7 @@ async def test_events_carried_by_this_process_notices_are_sent_without_reading_t
     store, bus = CountingStore(), EventBus()
     await store.create_resource("session", "sesn_1", {}, NOW)
     stream = await open_stream(store, bus)
-    frames = stream.frames()
+    frames = split_frames(stream.frames())
     first = [NewEvent("a", "session.status_running"), NewEvent("b", "agent.message", {"content": []})]
     await append_and_publish(store, bus, "sesn_1", first, NOW)
     assert [parse(await next_frame(frames))[1]["id"] for _ in first] == ["a", "b"]
@@ -192,3 +202,45 @@ async def test_events_carried_by_this_process_notices_are_sent_without_reading_t
     assert store.event_reads == 1
     await frames.aclose()
     stream.close()
+
+
+async def test_what_is_ready_together_goes_out_in_one_write() -> None:
+    """An append's events, and the notices and deltas queued before the stream woke, make one write."""
+    store, bus = MemoryStore(), EventBus()
+    await store.create_resource("session", "sesn_1", {}, NOW)
+    stream = await open_stream(store, bus, delta_types={"agent.message"})
+    writes = stream.frames()
+    stored = await append_and_publish(
+        store,
+        bus,
+        "sesn_1",
+        [NewEvent(i, t) for i, t in (("a", "session.status_running"), ("b", "span.model_request_start"))],
+        NOW,
+    )
+    assert [e.seq for e in stored] == [1, 2]
+    bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": "m"}})
+    bus.publish_delta("sesn_1", {"type": "event_delta", "event_id": "m", "delta": {"type": "content_delta"}})
+    chunk = await next_frame(writes)
+    names = [parse(frame + b"\n\n")[0] for frame in chunk.split(b"\n\n")[:-1]]
+    assert names == ["session.status_running", "span.model_request_start", "event_start", "event_delta"]
+    await writes.aclose()
+    stream.close()
+
+
+async def test_deltas_reach_only_subscribers_that_asked_for_them() -> None:
+    bus = EventBus()
+    assert not bus.wants_deltas("sesn_1")
+    with bus.subscribe("sesn_1", deltas=False) as plain:
+        bus.publish_delta("sesn_1", {"type": "event_start", "event": {"type": "agent.message", "id": "m"}})
+        assert not bus.wants_deltas("sesn_1") and plain.get_nowait() is None
+        with bus.subscribe("sesn_1") as previews, bus.subscribe("sesn_1") as more:
+            assert bus.wants_deltas("sesn_1")
+            start = {"type": "event_start", "event": {"type": "agent.message", "id": "n"}}
+            bus.publish_delta("sesn_1", start)
+            bus.publish_persisted("sesn_1", 3)
+            assert plain.get_nowait() == Persisted("sesn_1", 3)
+            for sub in (previews, more):
+                assert isinstance(sub.get_nowait(), Delta)
+                assert sub.get_nowait() == Persisted("sesn_1", 3)
+        assert not bus.wants_deltas("sesn_1")
+    assert bus.subscriber_count("sesn_1") == 0
