@@ -197,6 +197,11 @@ def main() -> None:
     )
     parser.add_argument("--sessions", type=int, default=200, help="concurrent sessions (default 200)")
     parser.add_argument("--turns", type=int, default=5, help="measured turns per session (default 5)")
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="the control plane alone on the first core, the clients and the model server on the others",
+    )
     parser.add_argument("--profile", type=Path, help="record the control plane with py-spy into FILE")
     parser.add_argument(
         "--cp-env", action="append", default=[], metavar="KEY=VALUE", help="environment of the control plane"
@@ -208,6 +213,13 @@ def main() -> None:
         "--cp-arg", action="append", default=[], metavar="ARG", help="more `serve` arguments (--cp-arg=--x)"
     )
     args = parser.parse_args()
+    pin_cp: list[str] = []
+    if args.pin:
+        cores = sorted(os.sched_getaffinity(0))
+        if len(cores) < 2:
+            parser.error("--pin needs at least two cores")
+        pin_cp = ["taskset", "-c", str(cores[0])]
+        os.sched_setaffinity(0, cores[1:])  # this process and the model server (started below)
     with tempfile.TemporaryDirectory(prefix="bench-turn-cpu-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -243,8 +255,8 @@ def main() -> None:
                 key, _, value = pair.partition("=")
                 cp_env[key] = value
             cp = subprocess.Popen(
-                [sys.executable, "-m", "control_plane.cli", "serve", "--config", str(config), "--log-level",
-                 "warning", *args.cp_arg],
+                [*pin_cp, sys.executable, "-m", "control_plane.cli", "serve", "--config", str(config),
+                 "--log-level", "warning", *args.cp_arg],
                 stdout=subprocess.PIPE, text=True, env=cp_env, cwd=args.cp_root,
             )  # fmt: skip
             api_url = first_line(cp, r"API (http://\S+),").group(1)
