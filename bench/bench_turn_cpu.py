@@ -17,7 +17,11 @@ share of one core, and send→idle p50/p95. ``--profile FILE`` records the contr
 the hottest frames. ``--cp-arg`` adds ``serve`` arguments and ``--cp-env`` environment variables of
 the control-plane process (e.g. ``--cp-arg=--event-loop=asyncio``, for a before/after comparison);
 ``--cp-root DIR`` runs the control plane from another source tree (e.g. ``git archive HEAD`` unpacked
-in DIR: the code before a change). Everything it creates is removed.
+in DIR: the code before a change); ``--baseline DIR`` measures that tree and this one in the same
+run, alternating ``--rounds`` times, and prints the medians side by side with their ratio.
+``--pin`` puts the control plane alone on the first core and the clients and model server on the
+others, so that they do not take its core (on 2 cores the clients need about one core at 150
+turns/s). Everything it creates is removed.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -212,6 +217,16 @@ def main() -> None:
     parser.add_argument(
         "--cp-arg", action="append", default=[], metavar="ARG", help="more `serve` arguments (--cp-arg=--x)"
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        metavar="DIR",
+        help="also measure the control plane of this tree (e.g. the last release, unpacked), in the "
+        "same run, alternating with --cp-root, and print both with their ratio",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="measurements per tree (alternating with --baseline; default 1)"
+    )
     args = parser.parse_args()
     pin_cp: list[str] = []
     if args.pin:
@@ -220,6 +235,41 @@ def main() -> None:
             parser.error("--pin needs at least two cores")
         pin_cp = ["taskset", "-c", str(cores[0])]
         os.sched_setaffinity(0, cores[1:])  # this process and the model server (started below)
+    trees = [("baseline", args.baseline)] if args.baseline is not None else []
+    trees.append(("this tree" if args.baseline is not None else "", args.cp_root))
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name, _ in trees}
+    for _ in range(max(1, args.rounds)):
+        for name, root in trees:
+            result = measure(args, root, pin_cp)
+            results[name].append(result)
+            print(f"{name + ': ' if name else ''}{describe(args, result)}", flush=True)
+    if args.baseline is not None:
+        base, this = (_median(results[name]) for name, _ in trees)
+        print(
+            f"median of {max(1, args.rounds)}: CPU per turn {base['cpu_ms_per_turn']:.2f} → "
+            f"{this['cpu_ms_per_turn']:.2f} ms ({this['cpu_ms_per_turn'] / base['cpu_ms_per_turn']:.2f}x), "
+            f"turns/s {base['turns_per_s']:.0f} → {this['turns_per_s']:.0f} "
+            f"({this['turns_per_s'] / base['turns_per_s']:.2f}x)"
+        )
+    if args.profile is not None and args.profile.exists():
+        summarize_profile(args.profile)
+
+
+def _median(runs: list[dict[str, Any]]) -> dict[str, float]:
+    return {key: statistics.median(run[key] for run in runs) for key in ("cpu_ms_per_turn", "turns_per_s")}
+
+
+def describe(args: argparse.Namespace, result: dict[str, Any]) -> str:
+    return (
+        f"sessions {args.sessions}, turns {result['turns']} in {result['seconds']:.1f} s: "
+        f"{result['turns_per_s']:.1f} turns/s, control-plane CPU {result['cpu_ms_per_turn']:.2f} ms/turn "
+        f"({100 * result['cpu_share']:.0f}% of a core), send→idle p50 {result['p50_ms']:.0f} ms "
+        f"p95 {result['p95_ms']:.0f} ms"
+    )
+
+
+def measure(args: argparse.Namespace, cp_root: Path, pin_cp: list[str]) -> dict[str, Any]:
+    """One control plane (from ``cp_root``) and one model server, driven by ``drive``."""
     with tempfile.TemporaryDirectory(prefix="bench-turn-cpu-") as tmp:
         work = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -250,31 +300,23 @@ def main() -> None:
                     }
                 )
             )
-            cp_env = {**env, "PYTHONPATH": str(args.cp_root), "ANTHROPIC_API_KEY": "bench"}
+            cp_env = {**env, "PYTHONPATH": str(cp_root), "ANTHROPIC_API_KEY": "bench"}
             for pair in args.cp_env:
                 key, _, value = pair.partition("=")
                 cp_env[key] = value
             cp = subprocess.Popen(
                 [*pin_cp, sys.executable, "-m", "control_plane.cli", "serve", "--config", str(config),
                  "--log-level", "warning", *args.cp_arg],
-                stdout=subprocess.PIPE, text=True, env=cp_env, cwd=args.cp_root,
+                stdout=subprocess.PIPE, text=True, env=cp_env, cwd=cp_root,
             )  # fmt: skip
             api_url = first_line(cp, r"API (http://\S+),").group(1)
             key_path = first_line(cp, r"admin API key: (\S+)").group(1)
             admin_key = Path(key_path).read_text().strip()
-            result = asyncio.run(drive(args, api_url, admin_key, cp.pid))
+            return asyncio.run(drive(args, api_url, admin_key, cp.pid))
         finally:
             if cp is not None:
                 stop(cp)
             stop(model)
-    print(
-        f"sessions {args.sessions}, turns {result['turns']} in {result['seconds']:.1f} s: "
-        f"{result['turns_per_s']:.1f} turns/s, control-plane CPU {result['cpu_ms_per_turn']:.2f} ms/turn "
-        f"({100 * result['cpu_share']:.0f}% of a core), send→idle p50 {result['p50_ms']:.0f} ms "
-        f"p95 {result['p95_ms']:.0f} ms"
-    )
-    if args.profile is not None and args.profile.exists():
-        summarize_profile(args.profile)
 
 
 if __name__ == "__main__":

@@ -104,6 +104,17 @@ class SessionState:
     _absorb_on_end: int = 0
     _prev_input: list[dict[str, Any]] | None = None  # the user.message just folded, for system.message
 
+    def fork_for_status(self) -> SessionState:
+        """A copy into which ``session.status_*`` events may be folded without changing this state
+        (a decision looks ahead at its own status append): shallow, but owning the containers the
+        status handlers change (``staged``, ``pending_inputs``, ``mcp_down``). The conversation is
+        shared: a deep copy of the whole state per turn cost more than the rest of the decision."""
+        fork = copy.copy(self)
+        fork.staged = list(self.staged)
+        fork.pending_inputs = deque(self.pending_inputs)
+        fork.mcp_down = set(self.mcp_down)
+        return fork
+
     # -- folding --------------------------------------------------------------------------------
     def apply(self, event: ev.LogEvent) -> None:
         """Fold one event in (events must come in log order)."""

@@ -36,7 +36,6 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -154,7 +153,7 @@ def decide(
             # and the span start then share one durable append (the model request waits on one
             # commit, not two). The request is built from the state as it will be once
             # ``session.status_running`` is folded in.
-            started = copy.deepcopy(s)
+            started = s.fork_for_status()
             started.apply(_RUNNING_EVENT)
             return _model_decision((_RUNNING,), agent, started, config, mcp, "start turn")
         return Decision(reason="idle")

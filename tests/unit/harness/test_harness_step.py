@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import timedelta
 from typing import Any
 
@@ -10,6 +11,7 @@ from harness_logs import AGENT, Log, text, tool_use
 
 from control_plane.harness import events as ev
 from control_plane.harness.config import HarnessConfig
+from control_plane.harness.fold import fold
 from control_plane.harness.step import CallModel, Decision, DispatchTool, step
 
 CONFIG = HarnessConfig(
@@ -567,3 +569,22 @@ def test_redacted_user_content_is_replaced_by_a_marker() -> None:
     log.running()
     content = call(decide(log)).request["messages"][0]["content"]
     assert [b["text"] for b in content] == ["my key is", "[redacted]"]
+
+
+def test_a_status_fork_leaves_the_state_it_came_from_unchanged() -> None:
+    """``decide`` looks ahead by folding its own ``session.status_running`` into a fork: the state
+    it was given must come out as it went in (sharing what the status handlers change would start
+    the turn twice)."""
+    log = Log()
+    log.user("first")
+    log.user("second")
+    state = fold(log.events)
+    before = copy.deepcopy(state)
+    ahead = Log()
+    ahead.running()
+    ahead.idle("retries_exhausted")
+    fork = state.fork_for_status()
+    for event in ahead.events:
+        fork.apply(event)
+    assert fork.staged and not fork.pending_inputs and fork.status == "idle"
+    assert state == before
