@@ -69,6 +69,8 @@ API_VERSION = "2023-06-01"
 _KEEPALIVE_S = 4.0
 #: The most of an error response's body read to explain it.
 _ERROR_BODY_BYTES = 64 * 1024
+#: The most of it kept in the error's message (and so in the session's ``session.error``).
+_ERROR_MESSAGE_CHARS = 2000
 
 
 class ModelError(ControlPlaneError):
@@ -168,7 +170,8 @@ class AnthropicModelClient:
 
     def _client(self) -> aiohttp.ClientSession:
         if self._closed:
-            raise ModelTerminalError(REQUEST_FAILED, "the model client is closed")
+            # Shutting down: another process (or this one, restarted) retries the request.
+            raise ModelRetryableError(REQUEST_FAILED, "the model client is closed")
         if self._session is None:  # made in the running loop, at first use
             connector = aiohttp.TCPConnector(
                 limit=self._max_connections,
@@ -233,7 +236,7 @@ def error_for_status(status: int, body: bytes | str) -> ModelError:
             kind = error.get("type") if isinstance(error.get("type"), str) else None
             if isinstance(error.get("message"), str):
                 message = error["message"]
-    message = message.strip() or f"HTTP {status}"
+    message = message.strip()[:_ERROR_MESSAGE_CHARS] or f"HTTP {status}"
     if kind == "overloaded_error" or status == 529:
         return ModelRetryableError(OVERLOADED, f"model overloaded: {message}")
     if kind == "rate_limit_error" or status == 429:

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from control_plane.harness.model import (
+    AnthropicModelClient,
     ModelRetryableError,
     ModelTerminalError,
     _sse_events,
@@ -105,3 +106,17 @@ def test_the_error_message_is_the_apis_own() -> None:
     error = error_for_status(400, _error("invalid_request_error", "max_tokens: too big"))
     assert "max_tokens: too big" in str(error)
     assert "HTTP 418" in str(error_for_status(418, b"   "))
+
+
+def test_a_huge_error_body_is_cut_in_the_message() -> None:
+    error = error_for_status(500, b"x" * 100_000)
+    assert len(str(error)) < 2100
+
+
+async def test_a_closed_client_refuses_with_a_retryable_error() -> None:
+    """At shutdown the harness may still ask: the session is retried (by the next process), never
+    terminated."""
+    client = AnthropicModelClient(base_url="http://127.0.0.1:9", api_key="k")
+    await client.close()
+    with pytest.raises(ModelRetryableError, match="closed"):
+        await client.stream({"model": "m", "max_tokens": 1, "messages": []}, lambda _: None)
