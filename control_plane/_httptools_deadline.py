@@ -9,7 +9,7 @@ import asyncio
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from control_plane.http_limits import HeadDeadline
+from control_plane.head_deadline import HeadDeadline
 
 __all__ = ["HeaderDeadlineHttpToolsProtocol"]
 

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from control_plane.api.auth import create_api_key, hash_key
-from control_plane.api.caller import KeyScope
+from control_plane.access_keys import KeyScope, create_api_key, hash_key, usable
 from control_plane.store.base import ApiKeyRecord, Store
 from outpost_wire.files import write_atomic
 
@@ -36,10 +35,6 @@ log = logging.getLogger(__name__)
 
 ADMIN_KEY_FILE = "admin-api-key"
 ADMIN_KEY_NAME = "admin"  # the name of the data directory's admin key in listings
-
-
-def usable(record: ApiKeyRecord, now: datetime) -> bool:
-    return record.revoked_at is None and (record.expires_at is None or record.expires_at > now)
 
 
 def _write(path: Path, key: str) -> None:

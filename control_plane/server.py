@@ -30,12 +30,6 @@ import uvicorn
 
 from control_plane.admin_key import ADMIN_KEY_FILE, ensure_admin_key
 from control_plane.api.app import ApiConfig, ApiServices, create_app
-from control_plane.api.metrics import (
-    ControlPlaneMetrics,
-    MeteredEdgeRegistry,
-    MeteredGateway,
-    MeteredModelClient,
-)
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.edge_counts import count_edges
@@ -47,6 +41,7 @@ from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.http_limits import http_protocol
 from control_plane.log_follower import LogFollower
 from control_plane.mcp import Credentials, McpRouter, no_credentials
+from control_plane.metering import ControlPlaneMetrics, MeteredGateway, MeteredModelClient
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
 from control_plane.retention import Pruner
@@ -97,13 +92,17 @@ class ControlPlane:
         self.ca: CertificateAuthority | None = None
         self.enrollment: EnrollmentService | None = None
         self.metrics = ControlPlaneMetrics(self.id)
-        self.registry: EdgeRegistry = MeteredEdgeRegistry(self.metrics)
-        self.gateway: EdgeGateway = MeteredGateway(
+        self.registry = EdgeRegistry(on_edge_ready=self.metrics.edge_ready)
+        self.metrics.bind(edges=self.registry)
+        # The gateway itself: the composition drains it and gives it the store's placements.
+        self.gateway = EdgeGateway(
             self.registry,
             GatewayConfig(reconnect_grace_s=config.reconnect_grace_s, edge_wait_s=config.edge_wait_s),
             sandbox_spec=self._sandbox_spec,
-            metrics=self.metrics,
+            on_move=self.metrics.sandbox_moved,
         )
+        # What the harness, the MCP router and the API's sandbox routes call: the same, measured.
+        self.tool_gateway = MeteredGateway(self.gateway, self.metrics)
         self._specs: dict[str, tuple[float, Provision]] = {}
         self.tunnel: GrpcTunnelServer | None = None
         self.presence: EdgePresence | None = None
@@ -202,7 +201,7 @@ class ControlPlane:
         metered_model = MeteredModelClient(self.model, self.metrics)
         self.harness = Harness(
             self.store,
-            self.gateway,
+            self.tool_gateway,
             self.bus,
             metered_model,
             cfg.harness,
@@ -218,7 +217,7 @@ class ControlPlane:
                 store=self.store,
                 enrollment=self.enrollment,
                 registry=self.registry,
-                gateway=self.gateway,
+                gateway=self.tool_gateway,
                 clock=_utcnow,
                 tunnel_address=self.tunnel_address,
                 bus=self.bus,
@@ -357,7 +356,7 @@ class ControlPlane:
         """The harness's MCP router: ``edge://`` servers through the edge gateway, others called
         by the control plane itself with the headers ``credentials(session_id, url)`` gives (the
         seam for the vault's broker; no headers by default)."""
-        return McpRouter(self.gateway, credentials=credentials, outbound=self.outbound)
+        return McpRouter(self.tool_gateway, credentials=credentials, outbound=self.outbound)
 
     async def _vault_credentials(self, session_id: str, url: str) -> dict[str, str]:
         """Headers for an MCP server the control plane calls itself, from the session's vaults:

@@ -19,11 +19,9 @@ state (it checks by itself where no gate runs, e.g. a router mounted alone in a 
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import json
 import logging
-import secrets
 import time
 from collections.abc import Callable, Collection
 from dataclasses import replace
@@ -32,7 +30,8 @@ from datetime import UTC, datetime, timedelta
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from control_plane.api.caller import READ_METHODS, STATE_KEY, KeyScope
+from control_plane.access_keys import KeyScope, create_api_key, hash_key, new_api_key  # re-exported
+from control_plane.api.caller import READ_METHODS, STATE_KEY
 from control_plane.api.errors import ApiError, error_body
 from control_plane.errors import ControlPlaneError, NotFound
 from control_plane.store.base import ApiKeyRecord, Store
@@ -58,42 +57,8 @@ log = logging.getLogger(__name__)
 #: How stale a key's recorded ``last_used_at`` may get before a request writes it again.
 TOUCH_INTERVAL = timedelta(minutes=1)
 
-KEY_PREFIX = "sk-outpost-"
-
 #: How long a process trusts a key record it read (a revocation elsewhere holds within this).
 KEY_CACHE_TTL_S = 5.0
-
-
-def hash_key(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-def new_api_key() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
-
-
-async def create_api_key(
-    store: Store,
-    name: str,
-    now: datetime,
-    *,
-    scope: KeyScope = KeyScope.ADMIN,
-    environment_ids: Collection[str] | None = None,
-    expires_at: datetime | None = None,
-) -> tuple[str, ApiKeyRecord]:
-    """Make a key; the plaintext is returned once and never stored."""
-    key = new_api_key()
-    record = ApiKeyRecord(
-        id="apikey_" + secrets.token_hex(12),
-        name=name,
-        key_hash=hash_key(key),
-        created_at=now,
-        scope=scope.value,
-        environment_ids=None if environment_ids is None else tuple(dict.fromkeys(environment_ids)),
-        expires_at=expires_at,
-    )
-    await store.create_api_key(record)
-    return key, record
 
 
 # Paths served without an API key: liveness and readiness, and enrollment (the enrollment token or

@@ -24,13 +24,13 @@ them, and creating, changing or deleting environments, needs an unscoped ``read_
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
 
+from control_plane.access_keys import KeyScope  # re-exported: the routes' name for it
 from control_plane.api.errors import ApiError
 from control_plane.errors import NotFound
 from control_plane.store.base import ApiKeyRecord, Resource, Resources
@@ -49,12 +49,6 @@ __all__ = [
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 STATE_KEY = "api_key"  # where the gate leaves the caller's key record in the request's state
-
-
-class KeyScope(enum.StrEnum):
-    ADMIN = "admin"
-    READ_WRITE = "read_write"
-    READ_ONLY = "read_only"
 
 
 def _forbidden(message: str) -> ApiError:

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from control_plane.errors import InvalidRequest
+from control_plane.metadata import apply_metadata_patch, check_metadata  # re-exported for the routers
 from control_plane.sessions.agent_config import (
     ExecutionIdentityParams,
     McpServerParams,
@@ -39,10 +39,6 @@ __all__ = [
     "check_metadata",
 ]
 
-MAX_METADATA_PAIRS = 16
-MAX_METADATA_KEY = 64
-MAX_METADATA_VALUE = 512
-
 MAX_INT = 2**63 - 1  # the store's integers are 64-bit: larger numbers are a 400, not a 500
 # Names are shown in terminals, logs and consoles: no control characters (NUL, escape sequences) and no
 # bidirectional overrides (U+202A..U+202E, U+2066..U+2069) that make one name read as another.
@@ -64,36 +60,6 @@ Model = str | ModelConfigParams
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-
-# -- metadata ------------------------------------------------------------------------------------
-
-
-def check_metadata(metadata: dict[str, str], param: str = "metadata") -> dict[str, str]:
-    """Enforce the documented limits: 16 pairs, keys ≤ 64 chars, values ≤ 512 chars."""
-    if len(metadata) > MAX_METADATA_PAIRS:
-        raise InvalidRequest(f"{param}: at most {MAX_METADATA_PAIRS} key-value pairs", param=param)
-    for key, value in metadata.items():
-        if not key or len(key) > MAX_METADATA_KEY:
-            raise InvalidRequest(f"{param}: keys must be 1-{MAX_METADATA_KEY} characters", param=param)
-        if len(value) > MAX_METADATA_VALUE:
-            raise InvalidRequest(
-                f"{param}[{key!r}]: values must be at most {MAX_METADATA_VALUE} characters", param=param
-            )
-    return metadata
-
-
-def apply_metadata_patch(
-    current: dict[str, str], patch: dict[str, str | None] | None, *, empty_deletes: bool = False
-) -> dict[str, str]:
-    """Upsert string values, delete keys set to ``null`` (and to ``""`` with ``empty_deletes``)."""
-    merged = dict(current)
-    for key, value in (patch or {}).items():
-        if value is None or (empty_deletes and value == ""):
-            merged.pop(key, None)
-        else:
-            merged[key] = value
-    return check_metadata(merged)
 
 
 # -- agents --------------------------------------------------------------------------------------

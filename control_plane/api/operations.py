@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
@@ -29,9 +29,30 @@ from control_plane.api.wire import timestamp
 from control_plane.edge_counts import count_edges, no_edge_here
 from control_plane.errors import EdgeUnavailable, NotFound
 from control_plane.store.base import Store
-from control_plane.tunnel import EdgeGateway, EdgeRegistry
+from control_plane.tunnel import EdgeRegistry
+from outpost_wire.results import ToolResult
 
-__all__ = ["operations_router"]
+__all__ = ["SandboxGateway", "operations_router"]
+
+
+class SandboxGateway(Protocol):
+    """What the sandbox routes need of the hands (``control_plane.tunnel.EdgeGateway`` and the
+    metered one of ``control_plane.metering`` fit)."""
+
+    async def execute(
+        self,
+        session_id: str,
+        environment_id: str,
+        tool: str,
+        tool_input: Mapping[str, Any],
+        *,
+        idempotency_key: str,
+        timeout_s: float | None = None,
+    ) -> ToolResult: ...
+
+    async def destroy(self, session_id: str, environment_id: str) -> bool: ...
+
+    def edge_for_session(self, session_id: str) -> str | None: ...
 
 
 class ExecBody(BaseModel):
@@ -57,7 +78,7 @@ def _utcnow() -> datetime:
 def operations_router(
     store: Store,
     registry: EdgeRegistry,
-    gateway: EdgeGateway,
+    gateway: SandboxGateway,
     clock: Callable[[], datetime] = _utcnow,
 ) -> APIRouter:
     router = APIRouter()

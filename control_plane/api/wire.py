@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
+from control_plane.timestamps import timestamp  # re-exported: the routers' name for it
+
 __all__ = ["page_body", "timestamp"]
-
-
-def timestamp(value: datetime) -> str:
-    """RFC 3339 in UTC with a ``Z``, as the API returns them."""
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def page_body(data: list[dict[str, Any]], next_page: str | None) -> dict[str, Any]:

@@ -104,12 +104,15 @@ class EdgeGateway:
         sandbox_spec: Callable[[str, str], Awaitable[Provision]] | None = None,
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
+        on_move: Callable[[SandboxMove], None] | None = None,
     ) -> None:
         """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
         limits, egress from its environment; its git repositories, with their tokens); sent with
         provisions and with every execute, so that a sandbox made lazily by the edge is made as
         the session says, and the edge always has the session's current repositories. Default:
-        the edge's defaults, no network, no repositories. ``rng`` breaks placement ties."""
+        the edge's defaults, no network, no repositories. ``rng`` breaks placement ties.
+        ``on_move`` is told of every sandbox move as it happens (the metrics count them)."""
+        self._on_move = on_move
         self._registry = registry
         self._book = PlacementBook(rng)
         self._sandbox_spec = sandbox_spec
@@ -368,8 +371,10 @@ class EdgeGateway:
         return conn, True
 
     def _moved(self, session_id: str, move: SandboxMove) -> None:
-        """Keep the move for the harness to report (``take_move``); subclasses count it."""
+        """Keep the move for the harness to report (``take_move``), and tell ``on_move``."""
         self._moves[session_id] = move
+        if self._on_move is not None:
+            self._on_move(move)
 
     async def _await_edge(self, edge_id: str) -> tuple[EdgeConnection | None, bool]:
         """The edge's usable connection, waiting up to ``reconnect_grace_s`` for it to come back;

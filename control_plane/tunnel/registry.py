@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -53,9 +54,12 @@ class _Pending:
 
 
 class EdgeRegistry:
-    """Implements :class:`~control_plane.tunnel.connection.ConnectionListener`."""
+    """Implements :class:`~control_plane.tunnel.connection.ConnectionListener`. ``on_edge_ready``
+    is told of every completed handshake (an edge turned away while draining too): the metrics
+    count connections with it (:mod:`control_plane.metering`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, on_edge_ready: Callable[[EdgeConnection], None] | None = None) -> None:
+        self._on_edge_ready = on_edge_ready
         self._live: dict[str, EdgeConnection] = {}
         self._connected_at: dict[str, datetime] = {}
         self._pending: dict[str, _Pending] = {}
@@ -80,6 +84,8 @@ class EdgeRegistry:
 
     # -- listener -----------------------------------------------------------------------------
     def on_ready(self, conn: EdgeConnection) -> None:
+        if self._on_edge_ready is not None:
+            self._on_edge_ready(conn)
         if self._drain is not None:
             self._turn_away(conn, *self._drain)
             return
@@ -148,6 +154,13 @@ class EdgeRegistry:
     def get(self, edge_id: str) -> EdgeConnection | None:
         conn = self._live.get(edge_id)
         return conn if conn is not None and conn.is_open else None
+
+    def in_flight_by_edge(self) -> dict[str, int]:
+        """Requests sent to (or held for) each edge and not answered yet."""
+        counts: dict[str, int] = {}
+        for pending in self._pending.values():
+            counts[pending.edge_id] = counts.get(pending.edge_id, 0) + 1
+        return counts
 
     def for_environment(self, environment_id: str) -> list[EdgeConnection]:
         return [c for c in self._live.values() if c.environment_id == environment_id and c.is_open]

@@ -39,10 +39,10 @@ from urllib.parse import quote
 
 import httpx
 
-from control_plane.api.wire import timestamp
 from control_plane.errors import NotFound, VersionConflict
 from control_plane.outbound import OutboundGuard, OutboundRefused
 from control_plane.store.base import Resource, Resources
+from control_plane.timestamps import timestamp
 from control_plane.vault.cipher import CredentialCipher
 from control_plane.vault.errors import RefreshFailed
 from control_plane.vault.material import SecretMaterial

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from control_plane.api.models import apply_metadata_patch, check_metadata
 from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
+from control_plane.metadata import apply_metadata_patch, check_metadata
 from control_plane.outbound import OutboundGuard
 from control_plane.store.base import Order, Page, Resource, Resources
 from control_plane.vault.auth_rules import AuthChange, apply_auth_update, new_auth

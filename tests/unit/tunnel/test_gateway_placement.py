@@ -108,8 +108,14 @@ class FakeRegistry:
         self.futures.pop(request_id, None)
 
 
-def gateway(registry: FakeRegistry, store: MemoryStore | None = None) -> EdgeGateway:
-    gw = EdgeGateway(registry, GatewayConfig(reconnect_grace_s=0.05, edge_wait_s=0.05))  # type: ignore[arg-type]
+def gateway(
+    registry: FakeRegistry, store: MemoryStore | None = None, on_move: list[SandboxMove] | None = None
+) -> EdgeGateway:
+    gw = EdgeGateway(
+        registry,  # type: ignore[arg-type]
+        GatewayConfig(reconnect_grace_s=0.05, edge_wait_s=0.05),
+        on_move=on_move.append if on_move is not None else None,
+    )
     gw.placements = store
     return gw
 
@@ -133,7 +139,8 @@ async def test_a_dead_edge_moves_the_session_once_and_says_why() -> None:
     registry = FakeRegistry()
     registry.connect("edge_a")
     store = MemoryStore()
-    gw = gateway(registry, store)
+    told: list[SandboxMove] = []  # what the gateway's on_move hears (the metrics count these)
+    gw = gateway(registry, store, on_move=told)
     await run(gw, key="k1")
     assert await store.get_sandbox_edge("s1") == "edge_a"
     registry.connect("edge_b")
@@ -141,6 +148,7 @@ async def test_a_dead_edge_moves_the_session_once_and_says_why() -> None:
     assert await run(gw, key="k2") == "ran on edge_b"
     move = gw.take_move("s1")
     assert move == SandboxMove("edge_a", "edge_b", "edge edge_a did not come back within 0.05 s")
+    assert told == [move]
     assert gw.take_move("s1") is None  # reported once
     assert await store.get_sandbox_edge("s1") == "edge_b"
     assert await run(gw, key="k3") == "ran on edge_b"
@@ -195,7 +203,7 @@ async def test_the_same_edge_coming_back_late_is_not_a_move() -> None:
     registry.drop("edge_a")
 
     async def come_back() -> None:
-        await asyncio.sleep(0.03)
+        await asyncio.sleep(0.03)  # back after a moment, while the call waits for it
         registry.connect("edge_a")
 
     task = asyncio.create_task(come_back())
