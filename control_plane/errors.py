@@ -5,6 +5,7 @@
     OutpostError (outpost_wire.errors)
     └── ControlPlaneError
         ├── NotFound              a resource, session, edge or event does not exist
+        │   └── EnvironmentNotFound   (error_code environment_not_found)
         ├── Conflict              the id exists already
         │   └── VersionConflict   optimistic concurrency: the resource moved on
         ├── SequenceConflict      append: the log moved past the caller's expected_seq
@@ -12,12 +13,16 @@
         ├── TokenRejected         enrollment token unknown / revoked / used / expired (.reason)
         ├── ListenFailed          a listening address could not be bound (.address, in use?)
         ├── InvalidRequest        bad input from a client (.param)
+        │   └── EnvironmentArchived   a new session in an archived environment (environment_archived)
+        ├── NotConfigured         the request needs a part this control plane runs without (the vault)
         ├── OutboundRefused       (control_plane.outbound) a user-named URL resolves to an address
         │                         the outbound rules refuse; nothing was dialled (.rule)
         └── EdgeUnavailable       no connected edge can serve the environment
             └── GatewayDraining   this process is shutting down: retry on another one
 
-Foreign exceptions (sqlite3, grpc, anthropic) are mapped to these where they are called.
+Foreign exceptions (sqlite3, grpc, anthropic) are mapped to these where they are called. An error
+with an ``error_code`` carries it to clients (the API's ``details.error_code``, from which the SDK
+picks a more specific exception class).
 """
 
 from __future__ import annotations
@@ -28,10 +33,13 @@ __all__ = [
     "Conflict",
     "ControlPlaneError",
     "EdgeUnavailable",
+    "EnvironmentArchived",
+    "EnvironmentNotFound",
     "Fenced",
     "GatewayDraining",
     "InvalidRequest",
     "ListenFailed",
+    "NotConfigured",
     "NotFound",
     "SequenceConflict",
     "TokenRejected",
@@ -42,12 +50,22 @@ __all__ = [
 class ControlPlaneError(OutpostError):
     """Base class of control-plane errors."""
 
+    #: A machine-readable code for clients (``None``: the error type says it all).
+    error_code: str | None = None
+
 
 class NotFound(ControlPlaneError):
     def __init__(self, kind: str, id: str) -> None:
         super().__init__(f"{kind} {id!r} not found")
         self.kind = kind
         self.id = id
+
+
+class EnvironmentNotFound(NotFound):
+    error_code = "environment_not_found"
+
+    def __init__(self, environment_id: str) -> None:
+        super().__init__("environment", environment_id)
 
 
 class Conflict(ControlPlaneError):
@@ -96,6 +114,19 @@ class InvalidRequest(ControlPlaneError):
     def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
+
+
+class EnvironmentArchived(InvalidRequest):
+    error_code = "environment_archived"
+
+    def __init__(self, environment_id: str) -> None:
+        super().__init__(f"environment {environment_id!r} is archived", param="environment_id")
+        self.environment_id = environment_id
+
+
+class NotConfigured(ControlPlaneError):
+    """The request needs a part this control plane is not configured with (the vault, to seal a
+    token): the API answers 503."""
 
 
 class EdgeUnavailable(ControlPlaneError):

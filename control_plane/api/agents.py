@@ -15,7 +15,6 @@ from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
-from pydantic import TypeAdapter, ValidationError
 
 from control_plane.api.errors import ApiError
 from control_plane.api.models import (
@@ -31,12 +30,12 @@ from control_plane.api.wire import page_body
 from control_plane.errors import InvalidRequest, VersionConflict
 from control_plane.outbound import OutboundGuard
 from control_plane.sessions.agent_config import (
-    ToolParams,
     resolve_execution_identity,
     resolve_mcp_servers,
     resolve_model,
     resolve_skills,
     resolve_tools,
+    stored_tool_params,  # re-exported
 )
 from control_plane.store.base import Resources
 
@@ -44,19 +43,10 @@ __all__ = ["agents_router", "new_agent_id", "stored_tool_params"]
 
 MAX_PAGE = 100
 _UPDATE_ATTEMPTS = 5
-_TOOLS = TypeAdapter(list[ToolParams])
 
 
 def new_agent_id() -> str:
     return "agent_" + secrets.token_hex(12)
-
-
-def stored_tool_params(tools: Any) -> list[Any]:
-    """Stored (resolved) tools read back as request models, to resolve them again."""
-    try:
-        return list(_TOOLS.validate_python(tools or []))
-    except ValidationError as exc:  # a stored body is ours; this is a bug, not bad input
-        raise RuntimeError(f"stored tools do not validate: {exc}") from exc
 
 
 def _refuse_multiagent(value: object) -> None:

@@ -36,19 +36,21 @@ from control_plane.api.errors import install_error_handlers
 from control_plane.api.events import events_router
 from control_plane.api.fleet import FleetView
 from control_plane.api.health import ReadinessCheck, health_router
-from control_plane.api.metrics import ControlPlaneMetrics, metrics_router
-from control_plane.api.operations import operations_router
+from control_plane.api.metrics import metrics_router
+from control_plane.api.operations import SandboxGateway, operations_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
+from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
 from control_plane.runner import SessionRunner
 from control_plane.sessions.repository_tokens import RepositoryTokens
+from control_plane.sessions.service import SessionService
 from control_plane.store.base import Store
-from control_plane.tunnel import WS_TUNNEL_PATH, EdgeGateway, EdgeRegistry, WsTunnelEndpoint
+from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
@@ -87,7 +89,7 @@ class ApiServices:
     store: Store
     enrollment: EnrollmentService
     registry: EdgeRegistry
-    gateway: EdgeGateway
+    gateway: SandboxGateway  # the sandbox routes call through it (the metered gateway, served)
     clock: Callable[[], datetime]
     tunnel_address: str | None
     bus: EventBus = field(default_factory=EventBus)
@@ -130,6 +132,18 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
+def _session_service(services: ApiServices) -> SessionService:
+    tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
+    return SessionService(
+        services.store,
+        services.bus,
+        services.runner,
+        services.clock,
+        tokens=tokens,
+        outbound=services.outbound,
+    )
+
+
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
@@ -148,12 +162,13 @@ def create_app(services: ApiServices) -> FastAPI:
     app.add_middleware(RequestIdMiddleware)  # outermost
 
     authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
+    sessions = _session_service(services)
     # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
     authed.include_router(
         events_router(
+            sessions,
             services.store,
             services.bus,
-            services.runner,
             services.clock,
             ping_interval_s=services.config.stream_ping_interval_s,
             streams=StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total),
@@ -166,13 +181,8 @@ def create_app(services: ApiServices) -> FastAPI:
         agents_router(services.store, services.clock, services.outbound),
         dependencies=[Depends(unscoped_writes("changing agents"))],
     )
-    tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
-    authed.include_router(
-        sessions_router(
-            services.store, services.bus, services.runner, services.clock, tokens, services.outbound
-        )
-    )
-    authed.include_router(session_resources_router(services.store, tokens, services.clock))
+    authed.include_router(sessions_router(sessions))
+    authed.include_router(session_resources_router(sessions))
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
     authed.include_router(
         vaults_router(services.vault, services.clock),

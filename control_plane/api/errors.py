@@ -9,7 +9,8 @@ environment none of whose edges is connected) is a 503 ``api_error`` with ``deta
 "edge_unavailable", "environment_id": ...}`` (the SDK raises ``ServiceUnavailableError`` with that
 ``error_code``). The type is from the API's closed set: ``overloaded_error`` means the service is
 overloaded (529), which this is not; ``GatewayDraining`` (this process is shutting down, the call
-goes to another) stays a 503 ``overloaded_error``.
+goes to another) stays a 503 ``overloaded_error``. Any other control-plane error with an
+``error_code`` (e.g. ``environment_not_found``) carries it as ``details: {"error_code": ...}``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from control_plane.errors import (
     Fenced,
     GatewayDraining,
     InvalidRequest,
+    NotConfigured,
     NotFound,
     SequenceConflict,
     TokenRejected,
@@ -71,9 +73,12 @@ def error_body(error_type: str, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": error_type, "message": message}}
 
 
-def _json_error(status: int, error_type: str, message: str) -> JSONResponse:
+def _json_error(status: int, error_type: str, message: str, error_code: str | None = None) -> JSONResponse:
+    body = error_body(error_type, message)
+    if error_code is not None:
+        body["error"]["details"] = {"error_code": error_code}
     headers = {"x-should-retry": "false"} if status == 409 else None
-    return JSONResponse(error_body(error_type, message), status_code=status, headers=headers)
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def _map(exc: Exception) -> tuple[int, str]:
@@ -85,7 +90,7 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 400, "invalid_request_error"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
-    if isinstance(exc, GatewayDraining):
+    if isinstance(exc, GatewayDraining | NotConfigured):
         return 503, "overloaded_error"
     if isinstance(exc, EdgeUnavailable):
         return 503, "api_error"
@@ -115,7 +120,7 @@ def install_error_handlers(app: FastAPI) -> None:
                 details["environment_id"] = exc.environment_id
             body["error"]["details"] = details
             return JSONResponse(body, status_code=status)
-        return _json_error(status, error_type, str(exc))
+        return _json_error(status, error_type, str(exc), exc.error_code)
 
     @app.exception_handler(RemoteError)
     async def _remote_error(_: Request, exc: RemoteError) -> JSONResponse:

@@ -9,24 +9,18 @@ from datetime import datetime
 from typing import Any
 
 from control_plane.api.wire import timestamp
+from control_plane.sessions.agent_snapshot import (  # re-exported
+    AGENT_CONFIG_FIELDS,
+    agent_config,
+    session_agent_snapshot,
+)
+from control_plane.sessions.commands import SessionView
 from control_plane.sessions.events import SessionStatus
 from control_plane.sessions.log import StatusView
+from control_plane.sessions.repositories import repository_json
 from control_plane.store.base import Resource
 
-__all__ = ["AGENT_CONFIG_FIELDS", "agent_json", "session_agent_snapshot", "session_json"]
-
-AGENT_CONFIG_FIELDS: tuple[str, ...] = (
-    "name",
-    "description",
-    "model",
-    "system",
-    "tools",
-    "mcp_servers",
-    "skills",
-    "execution_identity",
-    "multiagent",
-)
-"""The agent body fields a session snapshots (everything but ``metadata``)."""
+__all__ = ["AGENT_CONFIG_FIELDS", "agent_json", "session_agent_snapshot", "session_json", "session_view_json"]
 
 
 def agent_json(res: Resource) -> dict[str, Any]:
@@ -35,28 +29,12 @@ def agent_json(res: Resource) -> dict[str, Any]:
         "type": "agent",
         "id": res.id,
         "version": res.version,
-        "name": body["name"],
-        "description": body.get("description"),
-        "model": body["model"],
-        "system": body.get("system"),
-        "tools": body.get("tools", []),
-        "mcp_servers": body.get("mcp_servers", []),
-        "skills": body.get("skills", []),
+        **agent_config(body),
         "metadata": body.get("metadata", {}),
-        "execution_identity": body.get("execution_identity") or {"type": "service_account"},
-        "multiagent": body.get("multiagent"),
         "created_at": timestamp(res.created_at),
         "updated_at": timestamp(res.updated_at),
         "archived_at": timestamp(res.archived_at) if res.archived_at else None,
     }
-
-
-def session_agent_snapshot(agent: Resource) -> dict[str, Any]:
-    """The session's copy of the agent (``BetaManagedAgentsSessionAgent``)."""
-    full = agent_json(agent)
-    snapshot = {"type": "agent", "id": agent.id, "version": agent.version}
-    snapshot.update({name: full[name] for name in AGENT_CONFIG_FIELDS})
-    return snapshot
 
 
 def session_json(
@@ -98,3 +76,9 @@ def session_json(
         "updated_at": timestamp(updated),
         "archived_at": timestamp(res.archived_at) if res.archived_at else None,
     }
+
+
+def session_view_json(view: SessionView) -> dict[str, Any]:
+    """A session as :meth:`~control_plane.sessions.service.SessionService` reads it."""
+    resources = [repository_json(r) for r in view.repositories]
+    return session_json(view.session, view.status, view.usage, view.now, resources)

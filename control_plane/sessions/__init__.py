@@ -4,6 +4,10 @@
 * :mod:`~control_plane.sessions.input_events` — strict validation of client-sent events.
 * :mod:`~control_plane.sessions.agent_config` — agent configuration models and their resolution.
 * :mod:`~control_plane.sessions.log` — append-and-publish, status and usage read from the log.
+* :mod:`~control_plane.sessions.service` — :class:`SessionService`, the rules of sessions, their
+  input events and repositories (the API's routers call it with the typed values of
+  :mod:`~control_plane.sessions.commands`; the agent snapshot is
+  :mod:`~control_plane.sessions.agent_snapshot`).
 """
 
 from __future__ import annotations

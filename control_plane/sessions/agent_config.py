@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
 
 from control_plane.errors import InvalidRequest
 from control_plane.outbound import OutboundGuard
@@ -45,6 +45,7 @@ __all__ = [
     "resolve_model",
     "resolve_skills",
     "resolve_tools",
+    "stored_tool_params",
 ]
 
 AGENT_TOOLSET_TYPE = "agent_toolset_20260401"
@@ -360,6 +361,17 @@ def resolve_tools(
             param="mcp_servers",
         )
     return out
+
+
+_TOOLS: TypeAdapter[list[ToolParams]] = TypeAdapter(list[ToolParams])
+
+
+def stored_tool_params(tools: Any) -> list[Any]:
+    """Stored (resolved) tools read back as request models, to resolve them again."""
+    try:
+        return list(_TOOLS.validate_python(tools or []))
+    except ValidationError as exc:  # a stored body is ours; this is a bug, not bad input
+        raise RuntimeError(f"stored tools do not validate: {exc}") from exc
 
 
 # -- for the harness -----------------------------------------------------------------------------

@@ -26,11 +26,12 @@ import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
-from control_plane.api.wire import timestamp
 from control_plane.errors import InvalidRequest
 from control_plane.store.base import Resource
+from control_plane.timestamps import timestamp
+from control_plane.urls import MAX_URL_CHARS, normalize_url
 from outpost_wire.frames import MAX_REPOSITORIES
 
 __all__ = [
@@ -49,12 +50,10 @@ __all__ = [
 RESOURCE_KIND = "session_resource"
 REPOSITORY_TYPE = "github_repository"
 WORKSPACE = "/workspace"
-MAX_URL_CHARS = 2048
 MAX_TOKEN_CHARS = 4096
 MAX_MOUNT_PATH_CHARS = 1024
 _FIELDS = frozenset({"type", "url", "authorization_token", "checkout", "mount_path"})
 _UNSUPPORTED_TYPES = frozenset({"file", "memory_store"})
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)[^\x00-\x20~^:?*\[\\\x7f]{1,255}(?<!\.lock)(?<![/.])$")
@@ -124,30 +123,14 @@ def check_token(value: Any, where: str) -> str:
 
 
 def _check_url(value: Any, where: str) -> str:
-    """The URL, scheme and host lower-cased and the default port dropped."""
-    if not isinstance(value, str) or not value or len(value) > MAX_URL_CHARS:
+    """The URL normalized (:func:`control_plane.urls.normalize_url`), without query or fragment,
+    naming a repository."""
+    if not isinstance(value, str) or not value.strip():
         raise InvalidRequest(f"{where}: required, a URL of at most {MAX_URL_CHARS} characters", param=where)
-    try:
-        parts = urlsplit(value.strip())
-        port = parts.port
-    except ValueError:
-        raise InvalidRequest(f"{where}: not a valid URL", param=where) from None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS:
-        raise InvalidRequest(f"{where}: must be an https:// (or http://) git URL", param=where)
-    if parts.username is not None or parts.password is not None:
-        raise InvalidRequest(f"{where}: must not carry credentials; use authorization_token", param=where)
-    if parts.query or parts.fragment:
-        raise InvalidRequest(f"{where}: must not have a query or fragment", param=where)
-    host = (parts.hostname or "").lower()
-    if not host or any(ord(c) < 33 for c in value):
-        raise InvalidRequest(f"{where}: not a valid URL", param=where)
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        netloc += f":{port}"
-    if not parts.path.strip("/"):
+    url = normalize_url(value, param=where, allow_query=False)
+    if not urlsplit(url).path.strip("/"):
         raise InvalidRequest(f"{where}: the URL names no repository", param=where)
-    return urlunsplit((scheme, netloc, parts.path, "", ""))
+    return url
 
 
 def _check_checkout(value: Any, where: str) -> dict[str, str] | None:

@@ -45,8 +45,10 @@ EXPECTED = {
     },
     "control_plane.api.events": {"events_router"},
     "control_plane.api.health": {"ReadinessCheck", "health_router"},
-    "control_plane.api.sessions": {"RunnerCalls", "new_session_id", "sessions_router"},
+    "control_plane.api.session_resources": {"session_resources_router"},
+    "control_plane.api.sessions": {"sessions_router", "viewer_of"},
     "control_plane.api.streaming": {"PING_FRAME", "EventStream", "SseResponse", "StreamSlots", "sse_frame"},
+    "control_plane.sessions.service": {"RunnerCalls", "SessionService", "SessionStore", "new_session_id"},
     "control_plane.sessions.log": {
         "ANSWER_ID_FIELDS",
         "StatusView",

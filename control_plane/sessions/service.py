@@ -1,0 +1,495 @@
+"""Sessions, their input events and their repositories: the rules, whoever asks (the HTTP API today).
+
+A session holds a snapshot of its agent (resolved at creation, optionally with overrides) and runs
+in a ``self_hosted`` environment. Its status is read from its log
+(:mod:`control_plane.sessions.log`); the body's ``status`` field is only a mirror for scans
+(``idle`` at creation, ``terminated`` on archive, otherwise kept by the harness). The service
+records input and wakes the runner; it never runs a turn:
+
+* create with ``initial_events`` → events appended, ``runner.wake``;
+* update of ``agent`` (tools / mcp_servers), ``title`` or ``metadata`` → a ``session.updated`` event;
+* archive → sealed repository tokens purged, ``runner.session_ended``, then
+  ``session.status_terminated`` (unless already there);
+* delete → ``runner.session_ended`` first, then the repositories, the session and its log are
+  deleted, and live streams are told (the bus says the log moved; they find the session gone);
+* send events → the whole batch validated (nothing written on one bad event), answers checked
+  against what the session waits for, appended in one call, announced on the bus, runner woken.
+
+Repositories (``github_repository`` resources, :mod:`control_plane.sessions.repositories`) are
+stored as their own resources with their tokens sealed (:class:`RepositoryTokens`); a token can be
+rotated, a repository removed. Every method takes a :class:`~control_plane.sessions.commands.Viewer`:
+a session of an environment it does not see is ``NotFound``, exactly as an unknown one.
+
+The service depends on the store's roles (:class:`Resources`, :class:`EventLog`), the event bus,
+the runner, a clock, the repository-token sealer and the outbound rules, never on a store backend
+nor on the HTTP layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NoReturn, Protocol
+
+from control_plane.bus import EventBus
+from control_plane.errors import (
+    Conflict,
+    EnvironmentArchived,
+    EnvironmentNotFound,
+    InvalidRequest,
+    NotConfigured,
+    NotFound,
+    VersionConflict,
+)
+from control_plane.metadata import apply_metadata_patch, check_metadata
+from control_plane.outbound import OutboundGuard
+from control_plane.runner import SessionRunner
+from control_plane.sessions.agent_snapshot import Keep, changed_snapshot, overridden_snapshot
+from control_plane.sessions.commands import (
+    AgentChoice,
+    CreateSession,
+    EventPage,
+    EventQuery,
+    SessionPage,
+    SessionQuery,
+    SessionView,
+    UpdateSession,
+    Viewer,
+)
+from control_plane.sessions.events import SessionStatus, new_event_id
+from control_plane.sessions.input_events import parse_input_events
+from control_plane.sessions.log import append_and_publish, check_answers, read_status, read_usage
+from control_plane.sessions.repositories import (
+    RESOURCE_KIND,
+    RepositoryInput,
+    check_token,
+    new_resource_id,
+    parse_resources,
+    repository_body,
+)
+from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories
+from control_plane.store.base import Event, EventLog, NewEvent, Order, Page, Resource, Resources
+
+__all__ = ["RunnerCalls", "SessionService", "SessionStore", "new_session_id"]
+
+log = logging.getLogger(__name__)
+
+_BUSY = frozenset({SessionStatus.RUNNING, SessionStatus.RESCHEDULING})
+_UPDATE_ATTEMPTS = 5
+_SCAN_BATCH = 500
+_MAX_INITIAL_EVENTS = 50
+_NO_VAULT = "the vault (which seals tokens) is not configured on this control plane"
+
+
+def new_session_id() -> str:
+    return "sesn_" + secrets.token_hex(12)
+
+
+class SessionStore(Resources, EventLog, Protocol):
+    """The store roles the session service uses."""
+
+
+class RunnerCalls:
+    """Calls into the runner that never fail a request whose effect is already durable: the log
+    is the source of truth and the harness recovers from it, so a failed call is logged."""
+
+    def __init__(self, runner: SessionRunner) -> None:
+        self._runner = runner
+
+    async def wake(self, session_id: str) -> None:
+        try:
+            await self._runner.wake(session_id)
+        except Exception:
+            log.exception("runner.wake(%s) failed", session_id)
+
+    async def session_ended(self, session_id: str) -> None:
+        try:
+            await self._runner.session_ended(session_id)
+        except Exception:
+            log.exception("runner.session_ended(%s) failed", session_id)
+
+
+class SessionService:
+    """``tokens``: seals repository tokens (``None``: no vault, repositories without a token
+    only). ``outbound``: the check of direct MCP server URLs (default: no private networks)."""
+
+    def __init__(
+        self,
+        store: SessionStore,
+        bus: EventBus,
+        runner: SessionRunner,
+        clock: Callable[[], datetime],
+        *,
+        tokens: RepositoryTokens | None = None,
+        outbound: OutboundGuard | None = None,
+    ) -> None:
+        self._store = store
+        self._bus = bus
+        self._runner = RunnerCalls(runner)
+        self._clock = clock
+        self._tokens = tokens
+        self._outbound = outbound or OutboundGuard()
+
+    # -- sessions --------------------------------------------------------------------------
+    async def session(self, session_id: str, viewer: Viewer) -> Resource:
+        """The session, or ``NotFound`` if it does not exist or ``viewer`` does not see its
+        environment (the same answer, so existence does not leak)."""
+        res = await self._store.get_resource("session", session_id)
+        if not viewer.sees(res.body.get("environment_id")):
+            raise NotFound("session", session_id)
+        return res
+
+    async def get(self, session_id: str, viewer: Viewer) -> SessionView:
+        return await self._view(await self.session(session_id, viewer))
+
+    async def create(self, command: CreateSession, viewer: Viewer) -> SessionView:
+        """Checks in this order: budget, repositories, environment, agent, vaults, events."""
+        _refuse_budget(command.budget)
+        repositories = parse_resources(command.resources)
+        if self._tokens is None and any(repo.token for repo in repositories):
+            raise NotConfigured(
+                "resources: authorization_token needs the vault (which seals tokens); it is not "
+                "configured on this control plane"
+            )
+        await self._usable_environment(command.environment_id, viewer)
+        snapshot = await self._agent_snapshot(command.agent)
+        vault_ids = list(dict.fromkeys(command.vault_ids))
+        for vault_id in vault_ids:
+            await self._store.get_resource("vault", vault_id)
+        initial: list[NewEvent] = []
+        if command.initial_events:
+            initial = parse_input_events(
+                list(command.initial_events),
+                allowed={"user.message"},
+                param="initial_events",
+                max_events=_MAX_INITIAL_EVENTS,
+            )
+        now = self._clock()
+        body = _new_session_body(command, snapshot, vault_ids)
+        res = await self._store.create_resource("session", new_session_id(), body, now)
+        await self._create_repositories(res.id, repositories, now)
+        if initial:
+            await append_and_publish(self._store, self._bus, res.id, initial, now)
+            await self._runner.wake(res.id)
+        return await self._view(res)
+
+    async def list_sessions(self, query: SessionQuery, viewer: Viewer) -> SessionPage:
+        """A page of sessions; with a status filter, store pages are read until the page is full
+        (each only as long as still needed, so the store's cursor after the last row read is
+        exactly where the next page starts)."""
+        if query.memory_store_id is not None:  # no session mounts a memory store (yet)
+            return SessionPage([], None, None)
+        collected: list[SessionView] = []
+        pages: list[Page] = []
+        cursor = query.cursor
+        while True:
+            result = await self._store.list_resources(
+                "session",
+                filters=_session_filters(query, viewer),
+                created_after=query.created_after,
+                created_before=query.created_before,
+                include_archived=query.include_archived,
+                limit=query.limit - len(collected),
+                cursor=cursor,
+                order=query.order,
+            )
+            pages.append(result)
+            views = [await self._view(r) for r in result.items]
+            matched = [v for v in views if not query.statuses or v.current_status in query.statuses]
+            collected = collected + matched if query.forward else matched + collected
+            cursor = result.next_cursor if query.forward else result.prev_cursor
+            if not query.statuses or len(collected) >= query.limit or cursor is None:
+                break
+        first, last = pages[0], pages[-1]
+        if query.forward:
+            return SessionPage(collected, last.next_cursor, first.prev_cursor)
+        return SessionPage(collected, first.next_cursor, last.prev_cursor)
+
+    async def update(self, session_id: str, command: UpdateSession, viewer: Viewer) -> SessionView:
+        """Apply the patch on top of whatever the harness wrote meanwhile (``Conflict`` if the
+        session keeps changing); a change appends a ``session.updated`` event with the changed
+        fields, no change writes nothing."""
+        _refuse_budget(command.budget)
+        if not isinstance(command.vault_ids, Keep):
+            raise InvalidRequest(
+                "vault_ids: changing a session's vaults is not supported; requests setting this field "
+                "are rejected",
+                param="vault_ids",
+            )
+        await self.session(session_id, viewer)
+        for _ in range(_UPDATE_ATTEMPTS):
+            current = await self._store.get_resource("session", session_id)
+            new, changed = await self._changes(current, command)
+            if new == current.body:
+                return await self._view(current)
+            now = self._clock()
+            try:
+                res = await self._store.update_resource(
+                    "session", session_id, new, now, expected_version=current.version
+                )
+            except VersionConflict:
+                continue  # the harness updated status or usage meanwhile: apply ours on top
+            updated = NewEvent(new_event_id(), "session.updated", changed)
+            await append_and_publish(self._store, self._bus, session_id, [updated], now)
+            return await self._view(res)
+        raise Conflict(f"session {session_id!r} kept changing during the update; retry")
+
+    async def archive(self, session_id: str, viewer: Viewer) -> SessionView:
+        await self.session(session_id, viewer)
+        now = self._clock()
+        await self._store.archive_resource("session", session_id, now)
+        await RepositoryTokens.purge(self._store, await list_repositories(self._store, session_id))
+        res = await self._set_body_status(session_id, SessionStatus.TERMINATED, now)
+        await self._runner.session_ended(session_id)
+        if (await read_status(self._store, session_id)).status is not SessionStatus.TERMINATED:
+            terminated = NewEvent(new_event_id(), "session.status_terminated", {})
+            await append_and_publish(self._store, self._bus, session_id, [terminated], now)
+        return await self._view(res)
+
+    async def delete(self, session_id: str, viewer: Viewer) -> None:
+        await self.session(session_id, viewer)
+        await self._runner.session_ended(session_id)  # first, so the harness stops before the log goes
+        for repository in await list_repositories(self._store, session_id):
+            await self._store.delete_resource(RESOURCE_KIND, repository.id)
+        await self._store.delete_resource("session", session_id)
+        self._bus.publish_persisted(session_id, 0)  # wake live streams: they find the session gone
+
+    # -- events ----------------------------------------------------------------------------
+    async def send_events(self, session_id: str, raw_events: Any, viewer: Viewer) -> list[Event]:
+        """Validate the batch (``InvalidRequest``, nothing written), append it, wake the runner;
+        returns the events as stored (server ids and ``processed_at``)."""
+        session = await self.session(session_id, viewer)
+        if session.archived_at is not None:
+            raise InvalidRequest(
+                f"session {session_id!r} is archived; it takes no more events", param="session_id"
+            )
+        if (await read_status(self._store, session_id)).status is SessionStatus.TERMINATED:
+            raise InvalidRequest(
+                f"session {session_id!r} is terminated; it takes no more events", param="session_id"
+            )
+        events = parse_input_events(raw_events)
+        await check_answers(self._store, session_id, events, "events")
+        stored = await append_and_publish(self._store, self._bus, session_id, events, self._clock())
+        await self._runner.wake(session_id)
+        return stored
+
+    async def events(self, session_id: str, query: EventQuery, viewer: Viewer) -> EventPage:
+        """A page of the log. Time bounds are applied while scanning, so a page is always full
+        when it can be."""
+        await self.session(session_id, viewer)
+        wanted = query.limit + 1
+        batch_size = wanted if query.unbounded else max(wanted, _SCAN_BATCH)
+        found: list[Event] = []
+        position = query.after
+        while len(found) < wanted:
+            if query.order is Order.ASC:
+                batch = await self._store.get_events(
+                    session_id,
+                    after_seq=position or 0,
+                    types=query.types,
+                    limit=batch_size,
+                    order=query.order,
+                )
+            else:
+                batch = await self._store.get_events(
+                    session_id, before_seq=position, types=query.types, limit=batch_size, order=query.order
+                )
+            found.extend(e for e in batch if query.in_bounds(e.processed_at))
+            if len(batch) < batch_size:
+                break
+            position = batch[-1].seq
+        return EventPage(found[: query.limit], len(found) > query.limit)
+
+    # -- repositories ----------------------------------------------------------------------
+    async def repositories(self, session_id: str, viewer: Viewer, *, limit: int, cursor: str | None) -> Page:
+        await self.session(session_id, viewer)
+        return await self._store.list_resources(
+            RESOURCE_KIND, filters={"session_id": session_id}, limit=limit, cursor=cursor, order=Order.ASC
+        )
+
+    async def repository(self, session_id: str, resource_id: str, viewer: Viewer) -> Resource:
+        await self.session(session_id, viewer)
+        return await self._repository_of(session_id, resource_id)
+
+    async def add_resource(self, session_id: str, params: Mapping[str, Any], viewer: Viewer) -> NoReturn:
+        """Adding ``file`` resources is part of the API; Outpost mounts no files yet, and
+        repositories are given when the session is created: always ``InvalidRequest``."""
+        await self._usable_session(session_id, viewer)
+        if params.get("type") == "file":
+            raise InvalidRequest("type: 'file' resources are not supported by Outpost yet", param="type")
+        raise InvalidRequest(
+            "type: only 'file' resources can be added to a session; repositories are given when the "
+            "session is created",
+            param="type",
+        )
+
+    async def rotate_token(
+        self, session_id: str, resource_id: str, params: Mapping[str, Any], viewer: Viewer
+    ) -> Resource:
+        """``params``: ``{"authorization_token"}`` (anything else is refused); sealed again."""
+        await self._usable_session(session_id, viewer)
+        res = await self._repository_of(session_id, resource_id)
+        unknown = sorted(set(params) - {"authorization_token"})
+        if unknown:
+            raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}", param=unknown[0])
+        token = check_token(params.get("authorization_token"), "authorization_token")
+        if self._tokens is None:
+            raise NotConfigured(f"authorization_token: {_NO_VAULT}")
+        sealed = await self._tokens.seal(session_id, resource_id, str(res.body["url"]), token)
+        return await self._store.update_resource(
+            RESOURCE_KIND,
+            resource_id,
+            {**res.body, "sealed": sealed},
+            self._clock(),
+            expected_version=res.version,
+        )
+
+    async def remove_repository(self, session_id: str, resource_id: str, viewer: Viewer) -> None:
+        await self.session(session_id, viewer)
+        await self._repository_of(session_id, resource_id)
+        await self._store.delete_resource(RESOURCE_KIND, resource_id)
+
+    # -- helpers ---------------------------------------------------------------------------
+    async def _view(self, res: Resource) -> SessionView:
+        status = await read_status(self._store, res.id)
+        repositories = await list_repositories(self._store, res.id)
+        usage = await read_usage(self._store, res.id)
+        return SessionView(res, status, usage, repositories, self._clock())
+
+    async def _usable_session(self, session_id: str, viewer: Viewer) -> Resource:
+        session = await self.session(session_id, viewer)
+        if session.archived_at is not None:
+            raise InvalidRequest(f"session {session_id!r} is archived", param="session_id")
+        return session
+
+    async def _repository_of(self, session_id: str, resource_id: str) -> Resource:
+        res = await self._store.get_resource(RESOURCE_KIND, resource_id)
+        if res.body.get("session_id") != session_id:
+            raise NotFound(RESOURCE_KIND, resource_id)
+        return res
+
+    async def _usable_environment(self, environment_id: str, viewer: Viewer) -> Resource:
+        if not viewer.sees(environment_id):
+            raise EnvironmentNotFound(environment_id)
+        try:
+            res = await self._store.get_resource("environment", environment_id)
+        except NotFound:
+            raise EnvironmentNotFound(environment_id) from None
+        if res.archived_at is not None:
+            raise EnvironmentArchived(environment_id)
+        return res
+
+    async def _agent_snapshot(self, choice: AgentChoice) -> dict[str, Any]:
+        """The referenced version (latest when omitted) with any overrides; an archived agent
+        starts no session."""
+        latest = await self._store.get_resource("agent", choice.id)
+        if latest.archived_at is not None:
+            raise InvalidRequest(f"agent {choice.id!r} is archived", param="agent")
+        agent = (
+            latest
+            if choice.version is None
+            else await self._store.get_resource("agent", choice.id, choice.version)
+        )
+        return overridden_snapshot(agent, choice.overrides, self._outbound)
+
+    async def _changes(
+        self, current: Resource, command: UpdateSession
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The session's new body, and the changed fields for the ``session.updated`` event."""
+        new = dict(current.body)
+        changed: dict[str, Any] = {}
+        if not isinstance(command.title, Keep) and command.title != current.body.get("title"):
+            new["title"] = changed["title"] = command.title
+        if command.metadata is not None:
+            merged = apply_metadata_patch(current.body.get("metadata", {}), dict(command.metadata))
+            if merged != current.body.get("metadata", {}):
+                new["metadata"] = merged
+                if merged:  # the event carries metadata only when it is not empty
+                    changed["metadata"] = merged
+        if command.agent is not None:
+            await self._check_agent_changeable(current)
+            old = current.body["agent"]
+            snapshot = changed_snapshot(old, command.agent, self._outbound)
+            if snapshot != old:
+                new["agent"] = changed["agent"] = snapshot
+        return new, changed
+
+    async def _check_agent_changeable(self, current: Resource) -> None:
+        status = await read_status(self._store, current.id)
+        if current.archived_at is not None or status.status is SessionStatus.TERMINATED:
+            raise InvalidRequest(f"session {current.id!r} is terminated", param="agent")
+        if status.status in _BUSY:
+            raise InvalidRequest(
+                f"session {current.id!r} is {status.status.value}; its agent can be updated when idle",
+                param="agent",
+            )
+
+    async def _set_body_status(self, session_id: str, status: SessionStatus, now: datetime) -> Resource:
+        """Mirror ``status`` into the body (the harness scans sessions by ``status``)."""
+        for _ in range(_UPDATE_ATTEMPTS):
+            current = await self._store.get_resource("session", session_id)
+            if current.body.get("status") == status.value:
+                return current
+            body = {**current.body, "status": status.value}
+            try:
+                return await self._store.update_resource(
+                    "session", session_id, body, now, expected_version=current.version
+                )
+            except VersionConflict:
+                continue
+        return await self._store.get_resource("session", session_id)
+
+    async def _create_repositories(
+        self, session_id: str, repositories: Sequence[RepositoryInput], now: datetime
+    ) -> list[Resource]:
+        """Store the repositories of a new session, tokens sealed."""
+        created: list[Resource] = []
+        for index, repo in enumerate(repositories):
+            resource_id = new_resource_id()
+            sealed = None
+            if repo.token and self._tokens is not None:
+                sealed = await self._tokens.seal(session_id, resource_id, repo.url, repo.token)
+            body = repository_body(session_id, repo, sealed)
+            # One microsecond apart: listings (ordered by creation time, then id) keep the request's order.
+            at = now + timedelta(microseconds=index)
+            created.append(await self._store.create_resource(RESOURCE_KIND, resource_id, body, at))
+        return created
+
+
+def _refuse_budget(budget: Mapping[str, Any] | None) -> None:
+    if budget is not None:
+        raise InvalidRequest("budget: spend budgets are not supported by Outpost yet", param="budget")
+
+
+def _new_session_body(
+    command: CreateSession, snapshot: dict[str, Any], vault_ids: list[str]
+) -> dict[str, Any]:
+    return {
+        "agent": snapshot,
+        "agent_id": snapshot["id"],
+        "agent_version": snapshot["version"],
+        "environment_id": command.environment_id,
+        "vault_ids": vault_ids,
+        "resources": [],
+        "metadata": check_metadata(dict(command.metadata)),
+        "title": command.title,
+        "budget": None,
+        "deployment_id": None,
+        "outcome_evaluations": [],
+        "status": SessionStatus.IDLE.value,  # mirrored for the harness; the log is the truth
+    }
+
+
+def _session_filters(query: SessionQuery, viewer: Viewer) -> dict[str, Any]:
+    filters: dict[str, Any] = {}
+    if query.agent_id is not None:
+        filters["agent_id"] = query.agent_id
+        if query.agent_version is not None:
+            filters["agent_version"] = query.agent_version
+    if query.deployment_id is not None:
+        filters["deployment_id"] = query.deployment_id
+    if viewer.environment_ids is not None:  # only the sessions of the key's environments
+        filters["environment_id"] = tuple(viewer.environment_ids)
+    return filters
