@@ -115,7 +115,8 @@ async def main(calls: int, cold: int, resume: int) -> int:
         row("4. first call after pause", resumed)
     finally:
         await pausing.close()
-        await warm.destroy_all_for_tests()
+        for session in ("bench-warm", "bench-pause"):  # the cold ones are destroyed as they go
+            await warm.destroy(session)  # any session of this edge id, by its labels
         await warm.close()
         await runtime.close()
         leftovers = client.containers.list(all=True, filters={"label": f"outpost.edge_id={edge_id}"})

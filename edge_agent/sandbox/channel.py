@@ -22,6 +22,7 @@ from typing import Any
 from outpost_wire.results import ToolResult
 
 from ..errors import SandboxUnavailable
+from .container_runtime import ContainerRuntime, ExecStream
 from .protocol import (
     STDERR,
     FrameDecoder,
@@ -31,7 +32,6 @@ from .protocol import (
     encode_frame,
     to_tool_result,
 )
-from .runtime import DockerRuntime, ExecStream
 from .sandboxd import BOOTSTRAP
 
 __all__ = ["CallTimeout", "DaemonChannel", "daemon_source"]
@@ -82,7 +82,7 @@ class DaemonChannel:
     @classmethod
     async def open(
         cls,
-        runtime: DockerRuntime,
+        runtime: ContainerRuntime,
         container_id: str,
         *,
         user: str,

@@ -12,6 +12,8 @@ Lifecycle of a session's sandbox::
 The workspace lives on a per-session named volume, so a replacement container sees the same files.
 Containers and volumes carry labels (``outpost.managed``, ``outpost.edge_id``,
 ``outpost.session_id``): a restarted edge finds its containers again with :meth:`reconcile`.
+The engine is a :class:`~.container_runtime.ContainerRuntime` given to the constructor (Docker in
+production, an in-memory fake in unit tests).
 
 A tool call goes through a held channel to the in-sandbox daemon (:mod:`.channel`): no Docker API
 call on the hot path, except ``unpause`` after an idle period.
@@ -57,8 +59,8 @@ from ..egress import EgressController, EgressMode, EgressSpec, ProxyLimits, Reso
 from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
+from .container_runtime import ContainerRecord, ContainerRuntime
 from .pool import PoolMember, WarmPool
-from .runtime import ContainerRecord, DockerRuntime
 from .sandboxd import QUOTA_ENV
 from .spec import (
     LABEL_CLAIMED,
@@ -186,7 +188,7 @@ class SandboxManager:
 
     def __init__(
         self,
-        runtime: DockerRuntime,
+        runtime: ContainerRuntime,
         *,
         edge_id: str,
         idle_pause_s: float = 30.0,
@@ -200,7 +202,9 @@ class SandboxManager:
         workspace_quota_bytes: int = 0,
         warm_pool_size: int = 0,
     ) -> None:
-        """``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
+        """``runtime``: the container engine (owned by the caller, who closes it after the manager);
+        the manager hands it on to its warm pool, egress controller, git service and channels.
+        ``egress_limits``/``egress_resolver``: for the egress proxy (the resolver is a test hook;
         the default is the host's resolver). ``git``: clones repositories and relays pull/push
         (owned by the caller, who closes it after the manager); None = repositories are refused.
         ``on_provisioned(kind, seconds)``: told each time a sandbox was made ready for a call,
@@ -321,7 +325,7 @@ class SandboxManager:
             for record in await self._runtime.list_containers(labels):
                 if record.labels.get(LABEL_WORKSPACE) not in workspaces:
                     await self._remove_quietly(record.id)
-            for name in await self._runtime.list_volumes(labels):
+            for name in await self._runtime.list_volume_labels(labels):
                 if name not in workspaces:
                     with contextlib.suppress(SandboxUnavailable):
                         await self._runtime.remove_volume(name)
@@ -336,6 +340,15 @@ class SandboxManager:
 
     def _pool_has_room(self) -> bool:
         return not self._closed and self._held() < self._max_sandboxes
+
+    @property
+    def edge_id(self) -> str:
+        return self._edge_id
+
+    @property
+    def runtime(self) -> ContainerRuntime:
+        """The container engine this manager drives (the caller's)."""
+        return self._runtime
 
     @property
     def egress(self) -> EgressController:
@@ -782,19 +795,6 @@ class SandboxManager:
     def pooled(self) -> int:
         """Warm-pool members paused and ready for new sessions."""
         return self._pool.ready if self._pool is not None else 0
-
-    async def destroy_all_for_tests(self) -> None:
-        """Remove every container, volume and network labelled with this edge id; stop the proxy
-        (and the warm pool)."""
-        if self._pool is not None:
-            await self._pool.close()
-        for sb in list(self._sandboxes.values()):
-            await self._forget(sb)
-        for record in await self._runtime.list_containers(self._edge_labels):
-            await self._remove_quietly(record.id)
-        for name in await self._runtime.list_volumes(self._edge_labels):
-            await self._runtime.remove_volume(name)
-        await self._egress.destroy_all()
 
     # idle pausing ----------------------------------------------------------------------------
 

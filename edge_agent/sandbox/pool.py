@@ -38,7 +38,7 @@ from dataclasses import dataclass, replace
 from ..egress import EgressController
 from ..errors import SandboxUnavailable
 from .channel import DaemonChannel
-from .runtime import DockerRuntime
+from .container_runtime import ContainerRuntime
 from .spec import SandboxLimits, SandboxSpec, pool_labels
 
 __all__ = ["PoolMember", "WarmPool"]
@@ -70,7 +70,7 @@ class WarmPool:
 
     def __init__(
         self,
-        runtime: DockerRuntime,
+        runtime: ContainerRuntime,
         egress: EgressController,
         *,
         size: int,

@@ -1,4 +1,5 @@
-"""The one seam between the edge and the (synchronous) Docker SDK.
+"""The Docker implementation of :class:`~edge_agent.sandbox.container_runtime.ContainerRuntime`:
+the one seam between the edge and the (synchronous) Docker SDK.
 
 :class:`DockerRuntime` runs every SDK call on its own :class:`~concurrent.futures.ThreadPoolExecutor`
 so the event loop never blocks, and maps Docker's exceptions to
@@ -16,7 +17,6 @@ import socket
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any, BinaryIO, TypeVar
 
 import docker
@@ -25,46 +25,14 @@ import requests.exceptions
 
 from ..egress import NetworkRecord
 from ..errors import SandboxUnavailable
+from .container_runtime import ContainerRecord, ExecStream
 from .spec import SandboxSpec
 
-__all__ = ["ContainerRecord", "DockerRuntime", "ExecStream"]
+__all__ = ["DockerRuntime", "container_config"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ContainerRecord:
-    """One row of a label-filtered container listing."""
-
-    id: str
-    state: str  # created | running | paused | restarting | removing | exited | dead
-    labels: Mapping[str, str]
-    image: str
-    networks: Mapping[str, str] = field(default_factory=dict)  # network name -> IPv4 address
-
-
-class ExecStream:
-    """The hijacked connection of an attached ``docker exec``: a raw stream socket.
-
-    The SDK keeps a file object over the socket alive, which defers ``socket.close()``; so
-    :meth:`close` shuts the connection down first (the exec sees EOF on its stdin at once) and then
-    closes both.
-    """
-
-    def __init__(self, sock: socket.socket, keepalive: Any) -> None:
-        self.sock = sock
-        self._keepalive = keepalive
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.sock.shutdown(socket.SHUT_RDWR)
-        self.sock.close()
-        close = getattr(self._keepalive, "close", None)
-        if callable(close):
-            with contextlib.suppress(OSError):
-                close()
 
 
 def _hijacked_socket(raw: Any) -> socket.socket:
@@ -84,7 +52,9 @@ def _describe(exc: BaseException) -> str:
 
 
 class DockerRuntime:
-    """Async facade over ``docker.APIClient``. Create it in the edge's entry point; close it last."""
+    """Async facade over ``docker.APIClient``, a
+    :class:`~edge_agent.sandbox.container_runtime.ContainerRuntime`. Create it in the edge's entry
+    point; close it last."""
 
     def __init__(
         self,
@@ -177,9 +147,6 @@ class DockerRuntime:
             return True
 
         return await self._run("remove volume", remove)
-
-    async def list_volumes(self, labels: Mapping[str, str]) -> list[str]:
-        return list(await self.list_volume_labels(labels))
 
     async def list_volume_labels(self, labels: Mapping[str, str]) -> dict[str, dict[str, str]]:
         """Volumes carrying ``labels``: name -> all its labels."""
