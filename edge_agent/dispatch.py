@@ -16,7 +16,6 @@ three rules:
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import logging
 import time
@@ -43,7 +42,7 @@ from outpost_wire.frames import (
     Provisioned,
     Request,
 )
-from outpost_wire.results import ContentBlock, ImageBlock, TextBlock, ToolResult
+from outpost_wire.results import ToolResult
 
 __all__ = ["Dispatcher"]
 
@@ -225,7 +224,7 @@ class Dispatcher:
         except McpError as exc:  # not allowed by the local policy: the message names the rule
             outcome = Failure(exc.code, str(exc))
         else:
-            outcome = ToolResult(content=_blocks(result.content_dicts()), is_error=result.is_error)
+            outcome = ToolResult(content=result.content, is_error=result.is_error)
         await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
 
@@ -244,17 +243,3 @@ class Dispatcher:
             if exc.code in _REQUEST_FAILURES or isinstance(exc, RepositoryError):
                 return Failure(exc.code, str(exc))
             return ToolResult.error(str(exc))
-
-
-def _blocks(content: list[dict[str, Any]]) -> tuple[ContentBlock, ...]:
-    """Anthropic-style content dicts (from the MCP hub) as wire content blocks."""
-    out: list[ContentBlock] = []
-    for block in content:
-        if block.get("type") == "image":
-            source = block.get("source", {})
-            out.append(
-                ImageBlock(str(source.get("media_type", "")), base64.b64decode(source.get("data", "")))
-            )
-        else:
-            out.append(TextBlock(str(block.get("text", ""))))
-    return tuple(out)

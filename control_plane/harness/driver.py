@@ -60,15 +60,21 @@ from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
 from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
-from control_plane.harness.repository_errors import repository_error
 from control_plane.harness.step import (
     CallModel,
     Decision,
     DispatchMcpTool,
     DispatchTool,
+    NoEnvironment,
+    SandboxMove,
+    SandboxUnavailable,
+    ToolAnswered,
+    ToolCallFailed,
+    ToolOutcome,
     decide,
     model_failure_events,
     model_output_events,
+    tool_outcome_events,
 )
 from control_plane.sessions.log import append_and_publish
 from control_plane.store.base import Event, NewEvent, Resource, Store
@@ -83,17 +89,6 @@ _T = TypeVar("_T")
 _RESOURCE_RETRIES = 8
 _LEADING_STATUSES = frozenset({"running", "rescheduling"})
 _SPECULATIVE_DELAY_S = 0.05
-
-
-class SandboxMove(Protocol):
-    """A session's sandbox made anew on another edge (``control_plane.tunnel.SandboxMove`` fits)."""
-
-    @property
-    def from_edge_id(self) -> str: ...
-    @property
-    def to_edge_id(self) -> str: ...
-    @property
-    def reason(self) -> str: ...
 
 
 class ToolGateway(Protocol):
@@ -502,10 +497,11 @@ class SessionDriver:
         await self._append([ev.edge_unavailable(environment_id, counts.enrolled, ctx.gateway.edge_wait_s)])
 
     async def _dispatch(self, call: DispatchTool) -> None:
-        content: list[dict[str, Any]]
-        drafts: list[ev.Draft] = []
+        """Run the call; what became of it is data for the step (:func:`tool_outcome_events`)."""
+        outcome: ToolOutcome
+        move: SandboxMove | None = None
         if self.environment_id is None:
-            content, is_error = ev.text_content("The session has no environment to run tools in."), True
+            outcome = NoEnvironment()
         else:
             await self._tell_if_no_edge(self.environment_id)
             try:
@@ -526,21 +522,15 @@ class SessionDriver:
                 # takes the lease next (it re-sends it with the same idempotency key).
                 raise _Stop(str(exc)) from None
             except EdgeUnavailable as exc:
-                content, is_error = ev.text_content(f"The sandbox is unavailable: {exc}"), True
+                outcome = SandboxUnavailable(str(exc))
             except OutpostError as exc:
-                content, is_error = ev.text_content(f"The tool call failed: {exc}"), True
-                error = repository_error(exc)  # a repository could not be cloned: say so, typed
-                if error is not None:
-                    drafts.append(error)
+                outcome = ToolCallFailed.of(exc)
             else:
                 self._ctx.provisioned.add(self._sid)
                 self._ctx.edge_outages.discard(self._sid)  # an edge answered: the outage is over
-                content, is_error = result.to_json(), result.is_error
-            move = self._ctx.gateway.take_move(self._sid)
-            if move is not None:  # the sandbox (and its workspace) was made anew on another edge
-                drafts.append(ev.sandbox_moved(move.from_edge_id, move.to_edge_id, move.reason))
-                content = [*ev.text_content(ev.sandbox_moved_note(move.reason)), *content]
-        await self._append([*drafts, ev.tool_result(call.tool_use_id, content, is_error=is_error)])
+                outcome = ToolAnswered(result)
+            move = self._ctx.gateway.take_move(self._sid)  # the sandbox made anew on another edge
+        await self._append(list(tool_outcome_events(call, outcome, move)))
 
     async def _mcp_offer(self, agent: AgentSpec) -> McpOffer:
         """The MCP tools for the next model request, from the servers' current tool lists."""

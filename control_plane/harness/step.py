@@ -14,6 +14,12 @@ turn); the offer rides on the :class:`CallModel` and maps the model's ``tool_use
 ``(server, tool)`` when the output is recorded (:func:`model_output_events`). Without an offer
 the request carries no MCP tools: the driver asks again with one before calling the model.
 
+What follows a toolset call is data too: the driver reports what became of it as a
+:data:`ToolOutcome` (the sandbox's answer, no environment, no edge, a failed request) plus the
+:class:`SandboxMove` the gateway saw, and :func:`tool_outcome_events` returns the events to append
+(a repository's ``session.error``, the ``sandbox_moved`` ``session.error``, the ``agent.tool_result``
+with a note of the move ahead of its content).
+
 Priorities, in order (see the module docstring of ``fold`` for how the log is read):
 
 1. a terminated session does nothing; with no turn open, the oldest queued input starts one
@@ -39,23 +45,33 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
 from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
+from control_plane.harness.repository_errors import repository_error_for
+from outpost_wire.errors import ErrorCode, OutpostError, RemoteError
+from outpost_wire.results import ToolResult
 
 __all__ = [
     "CallModel",
     "Decision",
     "DispatchMcpTool",
     "DispatchTool",
+    "NoEnvironment",
+    "SandboxMove",
+    "SandboxUnavailable",
+    "ToolAnswered",
+    "ToolCallFailed",
+    "ToolOutcome",
     "decide",
     "model_failure_events",
     "model_output_events",
     "step",
+    "tool_outcome_events",
 ]
 
 _INTERRUPTED = "Interrupted by the user before the tool call finished."
@@ -388,4 +404,87 @@ def model_failure_events(
         ]
     else:
         drafts += [ev.session_error(error_type, message, "exhausted"), ev.status_idle("retries_exhausted")]
+    return tuple(drafts)
+
+
+# -- events for the outcome of a toolset call ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolAnswered:
+    """The sandbox ran the call; ``result.is_error`` when the tool itself failed."""
+
+    result: ToolResult
+
+
+@dataclass(frozen=True, slots=True)
+class NoEnvironment:
+    """The session has no environment: there is no sandbox to run the call in."""
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxUnavailable:
+    """No edge of the environment could take the call; ``detail`` says why."""
+
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallFailed:
+    """The request failed; ``detail`` is the error's text. ``code`` and ``message`` are the edge's
+    typed error when it sent one (a repository it could not clone is reported on its own)."""
+
+    detail: str
+    code: ErrorCode | None = None
+    message: str = ""
+
+    @classmethod
+    def of(cls, exc: OutpostError) -> ToolCallFailed:
+        if isinstance(exc, RemoteError):
+            return cls(str(exc), exc.code, exc.message)
+        return cls(str(exc))
+
+
+ToolOutcome = ToolAnswered | NoEnvironment | SandboxUnavailable | ToolCallFailed
+
+
+class SandboxMove(Protocol):
+    """A session's sandbox made anew on another edge (``control_plane.tunnel.SandboxMove`` fits)."""
+
+    @property
+    def from_edge_id(self) -> str: ...
+    @property
+    def to_edge_id(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+
+
+def tool_outcome_events(
+    call: DispatchTool, outcome: ToolOutcome, move: SandboxMove | None = None
+) -> tuple[ev.Draft, ...]:
+    """The events that follow toolset call ``call``, in order:
+
+    * for a repository the edge could not clone, its typed ``session.error`` (``retrying``);
+    * when the sandbox was made anew on another edge (``move``), the ``sandbox_moved``
+      ``session.error``;
+    * the ``agent.tool_result``: the sandbox's answer, or an error text for the model; after a
+      move, a note of it comes first (the model learns its files and shell are new)."""
+    drafts: list[ev.Draft] = []
+    content: list[dict[str, Any]]
+    match outcome:
+        case ToolAnswered(result):
+            content, is_error = result.to_json(), result.is_error
+        case NoEnvironment():
+            content, is_error = ev.text_content("The session has no environment to run tools in."), True
+        case SandboxUnavailable(detail):
+            content, is_error = ev.text_content(f"The sandbox is unavailable: {detail}"), True
+        case ToolCallFailed(detail, code, message):
+            content, is_error = ev.text_content(f"The tool call failed: {detail}"), True
+            error = repository_error_for(code, message) if code is not None else None
+            if error is not None:
+                drafts.append(error)
+    if move is not None:
+        drafts.append(ev.sandbox_moved(move.from_edge_id, move.to_edge_id, move.reason))
+        content = [*ev.text_content(ev.sandbox_moved_note(move.reason)), *content]
+    drafts.append(ev.tool_result(call.tool_use_id, content, is_error=is_error))
     return tuple(drafts)

@@ -3,7 +3,8 @@
 This is the single seam to the ``mcp`` SDK and the ``httpx2`` it brings; nothing else in the
 control plane imports them. The SDK's task groups must be entered and left in one task, so each
 session is owned by a task of its own (:meth:`McpSession.open` starts it, :meth:`McpSession.close`
-ends it); any number of calls from other tasks multiplex over the live session.
+ends it); any number of calls from other tasks multiplex over the live session. A result's
+content blocks are converted by :mod:`outpost_wire.mcp_content`, the converter the edge uses too.
 
 Foreign failures are mapped here, once, to :mod:`control_plane.mcp.errors`:
 
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -48,6 +48,7 @@ from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFaile
 from control_plane.mcp.models import McpToolInfo, safe_url
 from control_plane.outbound import OutboundGuard, OutboundRefused, Pin
 from outpost_wire.addresses import pinned_connect
+from outpost_wire.mcp_content import tool_result_content
 from outpost_wire.version import SOFTWARE_VERSION
 
 __all__ = ["CallResult", "McpSession"]
@@ -60,7 +61,6 @@ _MAX_LIST_PAGES: Final = 50
 _CLOSE_GRACE_S: Final = 2.0
 _HTTP_TIMEOUT_S: Final = 30.0  # connect / write / pool; reads are bounded by each call's deadline
 _MIN_SECRET_CHARS: Final = 4
-_IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 _CONNECTION_CODES: Final = frozenset({mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT})
 
 
@@ -247,7 +247,8 @@ class McpSession:
             return _error_result(f"the MCP server returned an unusable result: {self._scrub(str(exc))}")
         except Exception as exc:
             raise self._failure(exc, mark) from None
-        return CallResult(content=_content(result), is_error=bool(result.is_error))
+        content = [block.to_json() for block in tool_result_content(result)]
+        return CallResult(content=content, is_error=bool(result.is_error))
 
     async def close(self) -> None:
         """End the session (its owner task leaves the SDK's contexts). Idempotent."""
@@ -383,42 +384,3 @@ def _tool_info(tool: mcp_types.Tool) -> McpToolInfo:
 
 def _error_result(text: str) -> CallResult:
     return CallResult(content=[{"type": "text", "text": text}], is_error=True)
-
-
-def _content(result: mcp_types.CallToolResult) -> list[dict[str, Any]]:
-    blocks = [b for b in (_block(item) for item in result.content) if b is not None]
-    structured = result.structured_content
-    if structured is not None and not any(b["type"] == "text" for b in blocks):
-        blocks.append({"type": "text", "text": json.dumps(structured, ensure_ascii=False)})
-    return blocks
-
-
-def _block(item: mcp_types.ContentBlock) -> dict[str, Any] | None:
-    """An MCP content item as an Anthropic tool-result block (``None``: nothing to show)."""
-    if isinstance(item, mcp_types.TextContent):
-        return {"type": "text", "text": item.text} if item.text else None
-    if isinstance(item, mcp_types.ImageContent):
-        if item.mime_type in _IMAGE_TYPES:
-            return _base64("image", item.mime_type, item.data)
-        return _text(f"[image omitted: media type {item.mime_type} is not supported]")
-    if isinstance(item, mcp_types.AudioContent):
-        return _text(f"[audio omitted: {item.mime_type}]")
-    if isinstance(item, mcp_types.EmbeddedResource):
-        resource = item.resource
-        if isinstance(resource, mcp_types.TextResourceContents):
-            return _text(f"[resource {resource.uri}]\n{resource.text}")
-        if resource.mime_type in _IMAGE_TYPES:
-            return _base64("image", resource.mime_type, resource.blob)
-        if resource.mime_type == "application/pdf":
-            return _base64("document", resource.mime_type, resource.blob)
-        return _text(f"[binary resource {resource.uri} omitted: {resource.mime_type or 'unknown type'}]")
-    described = f": {item.description}" if item.description else ""
-    return _text(f"[resource link {item.name} <{item.uri}>{described}]")
-
-
-def _text(text: str) -> dict[str, Any]:
-    return {"type": "text", "text": text}
-
-
-def _base64(kind: str, media_type: str | None, data: str) -> dict[str, Any]:
-    return {"type": kind, "source": {"type": "base64", "media_type": media_type, "data": data}}

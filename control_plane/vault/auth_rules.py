@@ -21,9 +21,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from control_plane.api.wire import timestamp
 from control_plane.errors import InvalidRequest
-from control_plane.vault.binding import check_allowed_host, is_loopback_host, normalize_url
+from control_plane.timestamps import timestamp
+from control_plane.urls import normalize_url
+from control_plane.vault.binding import check_allowed_host, is_loopback_host
 from control_plane.vault.params import (
     EnvironmentVariableCreate,
     EnvironmentVariableUpdate,

@@ -1,8 +1,9 @@
 """Where a credential may be used: its *binding*, and the associated data (AAD) made from it.
 
 * ``static_bearer`` and ``mcp_oauth`` are bound to their MCP server URL, normalized
-  (:func:`normalize_url`); an ``mcp_oauth`` credential with a refresh configuration is also bound to
-  its token endpoint, since the refresh token and client secret are sent there.
+  (:func:`control_plane.urls.normalize_url`); an ``mcp_oauth`` credential with a refresh
+  configuration is also bound to its token endpoint, since the refresh token and client secret
+  are sent there.
 * ``environment_variable`` is bound to its networking scope: the canonical form of its allowed hosts
   (:func:`canonical_hosts`), or ``*`` when unrestricted.
 
@@ -19,54 +20,26 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from control_plane.errors import InvalidRequest
+from control_plane.urls import normalize_url
 
 __all__ = [
     "MAX_ALLOWED_HOSTS",
-    "MAX_URL_CHARS",
     "canonical_hosts",
     "check_allowed_host",
     "credential_aad",
     "host_allowed",
     "is_loopback_host",
-    "normalize_url",
     "upstream_of",
 ]
 
-MAX_URL_CHARS = 2048
 MAX_ALLOWED_HOSTS = 16
 _AAD_VERSION = 1
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 _LABEL = r"(?!-)[a-z0-9-]{1,63}(?<!-)"
 _HOSTNAME_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 _IPV4_RE = re.compile(r"^[0-9.]+$")
-
-
-def normalize_url(url: str, *, param: str = "url") -> str:
-    """The canonical form used for matching and binding: scheme and host lower-cased, default port
-    dropped, an empty path made ``/``; the fragment dropped; path and query kept exactly. Only
-    ``http``/``https`` URLs with a host and without user info are accepted."""
-    if len(url) > MAX_URL_CHARS:
-        raise InvalidRequest(f"{param}: at most {MAX_URL_CHARS} characters", param=param)
-    try:
-        parts = urlsplit(url.strip())
-        port = parts.port
-    except ValueError:
-        raise InvalidRequest(f"{param}: not a valid URL", param=param) from None
-    scheme = parts.scheme.lower()
-    if scheme not in _DEFAULT_PORTS:
-        raise InvalidRequest(f"{param}: must be an http or https URL", param=param)
-    if parts.username is not None or parts.password is not None:
-        raise InvalidRequest(f"{param}: user info is not allowed in the URL", param=param)
-    host = (parts.hostname or "").lower()
-    if not host:
-        raise InvalidRequest(f"{param}: the URL has no host", param=param)
-    netloc = f"[{host}]" if ":" in host else host
-    if port is not None and port != _DEFAULT_PORTS[scheme]:
-        netloc += f":{port}"
-    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
 
 
 def is_loopback_host(url: str) -> bool:

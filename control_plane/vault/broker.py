@@ -33,7 +33,8 @@ from urllib.parse import urlsplit
 
 from control_plane.errors import InvalidRequest, NotFound
 from control_plane.store.base import Resource, Store
-from control_plane.vault.binding import host_allowed, normalize_url
+from control_plane.urls import normalize_url
+from control_plane.vault.binding import host_allowed
 from control_plane.vault.capability import Capability, CapabilitySigner
 from control_plane.vault.cipher import PRIMARY_SECRET, CredentialCipher
 from control_plane.vault.errors import CapabilityRejected, RejectReason

@@ -2,7 +2,8 @@
 
 Credentials for the servers (headers, environment) are read from the edge's own files and
 environment and never leave the edge. :mod:`edge_agent.mcp._sdk` is the only module that touches
-the mcp SDK.
+the mcp SDK (a result's content goes through :mod:`outpost_wire.mcp_content`, shared with the
+control plane).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from .errors import (
 from .hub import McpHub
 from .models import (
     ContentBlock,
+    DocumentBlock,
     ImageBlock,
     McpCallResult,
     McpCatalog,
@@ -38,6 +40,7 @@ from .models import (
 
 __all__ = [
     "ContentBlock",
+    "DocumentBlock",
     "HttpTransportConfig",
     "ImageBlock",
     "McpCallResult",

@@ -6,7 +6,8 @@
   a closed connection) through ``on_lost`` so the owner can restart it without waiting for a
   call to fail.
 * :class:`SdkSession` lists tools and calls them, mapping MCP types to
-  :mod:`edge_agent.mcp.models` and foreign exceptions to :mod:`edge_agent.mcp.errors`.
+  :mod:`edge_agent.mcp.models` (a result's content through :mod:`outpost_wire.mcp_content`, the
+  converter the control plane uses too) and foreign exceptions to :mod:`edge_agent.mcp.errors`.
 
 HTTP responses 401/403 (credentials refused), 502/503/504 (gateway: server unreachable) and 404
 on a request that carries an ``Mcp-Session-Id`` (the server forgot the session, e.g. after a
@@ -18,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
-import json
 import logging
 import ssl
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
@@ -46,15 +46,15 @@ from edge_agent.mcp.config import (
     is_private_address,
 )
 from edge_agent.mcp.errors import McpConnectionFailed, McpInvalidArguments
-from edge_agent.mcp.models import ContentBlock, ImageBlock, McpTool, TextBlock, ToolOutput
+from edge_agent.mcp.models import McpTool, TextBlock, ToolOutput
 from edge_agent.mcp.secrets import resolve_secrets
+from outpost_wire.mcp_content import tool_result_content
 
 __all__ = ["SdkSession", "describe_failure", "open_session", "scrub"]
 
 log = logging.getLogger(__name__)
 
 _CLIENT_INFO: Final = mcp_types.Implementation(name="outpost-edge", version="0.1.0")
-_IMAGE_MEDIA_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 _MAX_LIST_PAGES: Final = 100
 _ENDS_CONNECTION: Final = frozenset({401, 403, 502, 503, 504})
 _MIN_SECRET_LEN: Final = 4  # shorter values are not scrubbed (they would mangle ordinary text)
@@ -112,7 +112,7 @@ class SdkSession:
             return _error_output(f"the MCP server returned an unusable result: {exc}")
         except (OSError, httpx2.HTTPError, anyio.BrokenResourceError, anyio.ClosedResourceError) as exc:
             raise McpConnectionFailed(self._scrub(describe_failure(exc))) from None
-        return ToolOutput(content=_content(result), is_error=result.is_error)
+        return ToolOutput(content=tool_result_content(result), is_error=result.is_error)
 
     def _scrub(self, text: str) -> str:
         return scrub(text, self._secrets)
@@ -294,39 +294,6 @@ def _tool(tool: mcp_types.Tool) -> McpTool:
 
 def _error_output(text: str) -> ToolOutput:
     return ToolOutput(content=(TextBlock(text),), is_error=True)
-
-
-def _content(result: mcp_types.CallToolResult) -> tuple[ContentBlock, ...]:
-    blocks = [_block(item) for item in result.content]
-    # Servers SHOULD mirror structured content as text; add it only when they did not.
-    structured = result.structured_content
-    if structured is not None and not any(isinstance(b, TextBlock) for b in blocks):
-        blocks.append(TextBlock(json.dumps(structured, ensure_ascii=False)))
-    return tuple(blocks)
-
-
-def _block(item: mcp_types.ContentBlock) -> ContentBlock:
-    if isinstance(item, mcp_types.TextContent):
-        return TextBlock(item.text)
-    if isinstance(item, mcp_types.ImageContent):
-        if item.mime_type in _IMAGE_MEDIA_TYPES:
-            return ImageBlock(media_type=item.mime_type, data=item.data)
-        return TextBlock(f"[image omitted: media type {item.mime_type} is not supported]")
-    if isinstance(item, mcp_types.AudioContent):
-        return TextBlock(f"[audio omitted: {item.mime_type}]")
-    if isinstance(item, mcp_types.EmbeddedResource):
-        resource = item.resource
-        if isinstance(resource, mcp_types.TextResourceContents):
-            return TextBlock(f"[resource {resource.uri}]\n{resource.text}")
-        if resource.mime_type in _IMAGE_MEDIA_TYPES:
-            return ImageBlock(media_type=resource.mime_type, data=resource.blob)
-        size = len(resource.blob) * 3 // 4
-        return TextBlock(
-            f"[binary resource {resource.uri} omitted: {resource.mime_type or 'unknown type'}, ~{size} bytes]"
-        )
-    # ResourceLink (the only other ContentBlock)
-    described = f": {item.description}" if item.description else ""
-    return TextBlock(f"[resource link {item.name} <{item.uri}>{described}]")
 
 
 # -- failure descriptions -----------------------------------------------------------------------

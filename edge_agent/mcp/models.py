@@ -4,8 +4,9 @@
   ``digest`` (sha256 of the canonical JSON) that stays the same across restarts when nothing
   changed. The digest covers names, statuses and tools, not ``last_error`` (whose text varies
   from one failed attempt to the next).
-* :class:`McpCallResult` -- Anthropic-style content blocks (:class:`TextBlock`,
-  :class:`ImageBlock`), ``is_error`` and ``latency_ms``.
+* :class:`McpCallResult` -- tool-result content blocks (:class:`TextBlock`, :class:`ImageBlock`,
+  :class:`DocumentBlock`: the wire's own, from :mod:`outpost_wire.results`, so a result crosses
+  the tunnel as it is), ``is_error`` and ``latency_ms``.
 
 ``input_schema`` is a plain mapping owned by the catalog; treat it as read-only.
 """
@@ -19,8 +20,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from outpost_wire.results import ContentBlock, DocumentBlock, ImageBlock, TextBlock
+
 __all__ = [
     "ContentBlock",
+    "DocumentBlock",
     "ImageBlock",
     "McpCallResult",
     "McpCatalog",
@@ -99,31 +103,6 @@ class McpCatalog:
 
 
 @dataclass(frozen=True)
-class TextBlock:
-    text: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"type": "text", "text": self.text}
-
-
-@dataclass(frozen=True)
-class ImageBlock:
-    """A base64 image; ``media_type`` is one the Anthropic API accepts (png, jpeg, gif, webp)."""
-
-    media_type: str
-    data: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "type": "image",
-            "source": {"type": "base64", "media_type": self.media_type, "data": self.data},
-        }
-
-
-ContentBlock = TextBlock | ImageBlock
-
-
-@dataclass(frozen=True)
 class McpCallResult:
     content: tuple[ContentBlock, ...]
     is_error: bool
@@ -131,7 +110,7 @@ class McpCallResult:
 
     def content_dicts(self) -> list[dict[str, Any]]:
         """The content as Anthropic ``tool_result`` content blocks."""
-        return [block.to_dict() for block in self.content]
+        return [block.to_json() for block in self.content]
 
 
 @dataclass(frozen=True)

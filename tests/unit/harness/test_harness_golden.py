@@ -3,7 +3,8 @@
 Each file in ``golden/`` holds an agent, a log and the expected decision; the test replays the log
 through ``step`` and compares. A change in behaviour shows up as a diff of these files. To
 re-record after an intended change: ``UPDATE_GOLDEN=1 pytest tests/unit/harness`` and review the
-diff of ``golden/``.
+diff of ``golden/``. The logs after a toolset call are built with the step's own
+``tool_outcome_events`` (its cases: ``test_harness_tool_outcomes.py``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,21 @@ from control_plane.harness import events as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.mcp_offer import McpOffer, build_offer
-from control_plane.harness.step import CallModel, Decision, DispatchMcpTool, DispatchTool, step
+from control_plane.harness.step import (
+    CallModel,
+    Decision,
+    DispatchMcpTool,
+    DispatchTool,
+    ToolAnswered,
+    ToolCallFailed,
+    step,
+    tool_outcome_events,
+)
 from control_plane.mcp.models import McpToolInfo, ServerTools
 from control_plane.store.base import Event
+from control_plane.tunnel import SandboxMove
+from outpost_wire.errors import ErrorCode, RemoteError
+from outpost_wire.results import ToolResult
 
 GOLDEN = Path(__file__).parent / "golden"
 CONFIG = HarnessConfig(model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024)
@@ -59,6 +72,30 @@ def _tool_result_next_call(log: Log) -> None:
     _tool_use_dispatch(log)
     tool_id = next(e.id for e in log.events if e.type == ev.AGENT_TOOL_USE)
     log.result(tool_id, "README.md\nsrc")
+
+
+def _dispatched(log: Log) -> DispatchTool:
+    """The toolset call the step dispatches after :func:`_tool_use_dispatch`."""
+    _tool_use_dispatch(log)
+    decision = step(log.agent, log.events, CONFIG, log.now)
+    assert isinstance(decision.effect, DispatchTool) and not decision.appends
+    return decision.effect
+
+
+def _sandbox_moved_next_call(log: Log) -> None:
+    call = _dispatched(log)
+    move = SandboxMove("edge-a", "edge-b", "edge edge-a disconnected")
+    for draft in tool_outcome_events(call, ToolAnswered(ToolResult.text("README.md\nsrc")), move):
+        log.draft(draft)
+
+
+def _repository_error_next_call(log: Log) -> None:
+    call = _dispatched(log)
+    failure = RemoteError(
+        ErrorCode.REPOSITORY_AUTHENTICATION_FAILED, "repository https://git.internal/a.git: 401"
+    )
+    for draft in tool_outcome_events(call, ToolCallFailed.of(failure)):
+        log.draft(draft)
 
 
 def _resume_finished_turn(log: Log) -> None:
@@ -190,6 +227,8 @@ SCENARIOS: dict[str, Callable[[Log], None]] = {
     "first_turn_model_call": _first_turn_model_call,
     "tool_use_dispatch": _tool_use_dispatch,
     "tool_result_next_call": _tool_result_next_call,
+    "sandbox_moved_next_call": _sandbox_moved_next_call,
+    "repository_error_next_call": _repository_error_next_call,
     "resume_finished_turn": _resume_finished_turn,
     "custom_tool_requires_action": _custom_tool_requires_action,
     "custom_tool_answered": _custom_tool_answered,

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from control_plane.harness.lease import LeaseKeeper
 from control_plane.store import MemoryStore
+from tests.support import eventually
 
 
 class Clock:
@@ -25,11 +26,9 @@ async def test_acquire_renew_release() -> None:
     assert keeper.lease is not None
     first_expiry = keeper.lease.expires_at
     clock.now += timedelta(seconds=0.05)
-    for _ in range(200):  # renewed every ttl/3 in the background
-        if keeper.lease is not None and keeper.lease.expires_at > first_expiry:
-            break
-        await asyncio.sleep(0.01)
-    assert keeper.lease is not None and keeper.lease.expires_at > first_expiry
+    await eventually(  # renewed every ttl/3 in the background
+        lambda: keeper.lease is not None and keeper.lease.expires_at > first_expiry, what="a renewal"
+    )
     await keeper.release()
     assert not keeper.held
     other = LeaseKeeper(store, "s1", "harness_b", 10, clock)
