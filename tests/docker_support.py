@@ -1,9 +1,10 @@
 """The Docker engine for integration tests: connect, make sure the sandbox image exists, and after
 the suite remove — and fail on — anything left behind by the test edges whose ids start with a
-given prefix."""
+given prefix; and :func:`destroy_all_sandboxes`, one test edge's teardown."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,9 +14,29 @@ import docker
 import docker.errors
 import pytest
 
+from edge_agent.errors import SandboxUnavailable
+from edge_agent.sandbox import SandboxManager
+from edge_agent.sandbox.spec import LABEL_EDGE_ID, LABEL_MANAGED
+
 REPO = Path(__file__).resolve().parents[1]
 
-__all__ = ["docker_for_tests"]
+__all__ = ["destroy_all_sandboxes", "docker_for_tests"]
+
+
+async def destroy_all_sandboxes(manager: SandboxManager) -> None:
+    """Close ``manager`` (its warm pool, channels and egress proxy), then remove every container,
+    volume and network labelled with its edge id, through its runtime (still open)."""
+    await manager.close()
+    runtime = manager.runtime
+    labels = {LABEL_MANAGED: "1", LABEL_EDGE_ID: manager.edge_id}
+    for record in await runtime.list_containers(labels):
+        with contextlib.suppress(SandboxUnavailable):
+            await runtime.remove_container(record.id)
+    for name in await runtime.list_volume_labels(labels):
+        await runtime.remove_volume(name)
+    for network in await runtime.list_networks(labels):
+        with contextlib.suppress(SandboxUnavailable):
+            await runtime.remove_network(network.name)
 
 
 def docker_for_tests(edge_prefix: str, image: str) -> Iterator[Any]:

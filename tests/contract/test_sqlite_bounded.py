@@ -3,27 +3,18 @@ migration 9 applies to a database holding sessions)."""
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
-import time
 from pathlib import Path
 
 from control_plane.store import NewEvent, SqliteConfig, SqliteStore
 from control_plane.store._sqlite_schema import MIGRATIONS, migrate
+from tests.support import eventually
 
 from ._support import at
 
 
 def _wal(path: Path) -> Path:
     return path.with_name(path.name + "-wal")
-
-
-async def _wait_for(condition: object, what: str, timeout_s: float = 30.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
 
 
 async def test_wal_stays_bounded_under_many_writes_and_is_truncated_when_idle(tmp_path: Path) -> None:
@@ -44,10 +35,10 @@ async def test_wal_stays_bounded_under_many_writes_and_is_truncated_when_idle(tm
         assert largest < 8 * 1024 * 1024
         assert _wal(path).stat().st_size < 4 * 1024 * 1024 + limit
         # Idle: the writer truncates the WAL to nothing.
-        await _wait_for(lambda: _wal(path).stat().st_size == 0, "the WAL to be truncated")
+        await eventually(lambda: _wal(path).stat().st_size == 0, 30, "the WAL to be truncated")
         assert len(await store.get_events("s0")) == 29 * 10  # batches 0, 7, ... 196
         await store.append("s0", [NewEvent("after", "agent.message", payload)], at(1000))
-        await _wait_for(lambda: _wal(path).stat().st_size == 0, "the WAL to be truncated again")
+        await eventually(lambda: _wal(path).stat().st_size == 0, 30, "the WAL to be truncated again")
     finally:
         await store.close()
     with sqlite3.connect(path) as conn:

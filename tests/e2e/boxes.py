@@ -18,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 from tests.e2e.bridge import run
-from tests.e2e.conftest import REPO
+from tests.support import REPO
 
 __all__ = [
     "Box",

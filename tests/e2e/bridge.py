@@ -20,7 +20,8 @@ import httpx
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.server import ControlPlane
-from tests.e2e.conftest import REPO, Api
+from tests.support import REPO
+from tests.support.e2e import Api
 
 NAME_PREFIX = "outpost-e2e"  # sandboxes: the e2e leak check removes and reports these
 EDGE_CONFIG = {

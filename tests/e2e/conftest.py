@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +21,11 @@ from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
 from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
-from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from edge_agent.identity import Identity
-
-SANDBOX_IMAGE = "outpost-sandbox:1"
-NAME_PREFIX = "outpost-e2e"
-REPO = Path(__file__).resolve().parents[2]
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]], timeout_s: float = 20.0, what: str = "condition"
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+from tests.docker_support import destroy_all_sandboxes
+from tests.support import REPO
+from tests.support.e2e import NAME_PREFIX, SANDBOX_IMAGE, Api, EnrolledEdge
 
 
 @pytest.fixture(scope="session")
@@ -73,44 +57,6 @@ def no_leaks(docker_client: docker.DockerClient) -> Iterator[None]:
         v.remove(force=True)
     assert not containers, f"containers left behind: {[c.name for c in containers]}"
     assert not volumes, f"volumes left behind: {[v.name for v in volumes]}"
-
-
-@dataclass
-class Api:
-    client: httpx.AsyncClient
-
-    async def post(self, path: str, body: dict[str, Any] | None = None, expect: int = 200) -> Any:
-        r = await self.client.post(path, json=body or {})
-        assert r.status_code == expect, r.text
-        return r.json()
-
-    async def get(self, path: str, expect: int = 200) -> Any:
-        r = await self.client.get(path)
-        assert r.status_code == expect, r.text
-        return r.json()
-
-    async def exec(
-        self,
-        env: str,
-        session: str,
-        tool: str,
-        tool_input: dict[str, Any],
-        key: str | None = None,
-        expect: int = 200,
-    ) -> Any:
-        body: dict[str, Any] = {
-            "environment_id": env,
-            "session_id": session,
-            "tool": tool,
-            "input": tool_input,
-        }
-        if key:
-            body["idempotency_key"] = key
-        return await self.post("/v1/sandboxes/exec", body, expect=expect)
-
-
-def text_of(result: dict[str, Any]) -> str:
-    return "".join(b.get("text", "") for b in result["content"])
 
 
 @pytest.fixture
@@ -167,18 +113,6 @@ async def api(control_plane: ControlPlane) -> AsyncIterator[Api]:
 async def environment(api: Api) -> str:
     env = await api.post("/v1/environments", {"name": "e2e", "config": {"type": "self_hosted"}})
     return str(env["id"])
-
-
-@dataclass
-class EnrolledEdge:
-    identity: Identity
-    state_dir: Path
-    config_path: Path
-
-    def config(self) -> EdgeConfig:
-        from edge_agent.config import load_config
-
-        return load_config(self.config_path)
 
 
 @pytest.fixture
@@ -246,7 +180,7 @@ async def run_edge(
     yield _run
     for agent in agents:
         if agent.manager is not None:
-            await agent.manager.destroy_all_for_tests()
+            await destroy_all_sandboxes(agent.manager)
         await agent.close()
 
 

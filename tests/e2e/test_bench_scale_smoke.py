@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import REPO
+from tests.support import REPO
 
 # The bench needs no Docker (its edges keep sandboxes in memory), but this directory's autouse
 # `no_leaks` fixture asks the engine, like every e2e test.
@@ -32,6 +32,8 @@ FIGURE_LINES = (
 )
 
 
+# Starts real control planes and edges; above the 600 s the test gives the bench's process.
+@pytest.mark.timeout(660)
 async def test_bench_scale_runs_at_a_tiny_size_and_prints_every_figure(tmp_path: Path) -> None:
     figures_path = tmp_path / "figures.json"
     proc = await asyncio.create_subprocess_exec(

@@ -17,13 +17,16 @@ import pytest
 import yaml
 
 from tests.e2e.bridge import EDGE_CONFIG, bridge_control_plane, connected_edge_ids, enrollment_token, run
-from tests.e2e.conftest import REPO, text_of
+from tests.support import REPO
+from tests.support.e2e import text_of
 
 pytestmark = pytest.mark.docker
 
 IMAGE = "outpost-edge:e2e"
 
 
+# Builds the edge's image from the checkout before it runs it.
+@pytest.mark.timeout(900)
 async def test_edge_container_registers_serves_and_drains(docker_client: object, tmp_path: Path) -> None:
     build = await run(
         "env", f"PIP={sys.executable} -m pip", "bash", str(REPO / "packaging/edge/build.sh"), IMAGE

@@ -7,11 +7,6 @@ SQLite file; the model server and the edge live in the test process and outlive 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import socket
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
@@ -21,7 +16,6 @@ import anthropic
 import docker
 import httpx
 import pytest
-import yaml
 
 from control_plane.model import LocalModelServer, Turn
 from control_plane.model.responders import tool_results_since_prompt
@@ -29,7 +23,14 @@ from control_plane.model.script import ToolUse
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.e2e.conftest import NAME_PREFIX, eventually
+from tests.docker_support import destroy_all_sandboxes
+from tests.support import eventually
+from tests.support.control_plane_process import (
+    ControlPlaneProcess,
+    assert_both_calls_ran_once,
+    session_events,
+)
+from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
 
@@ -53,90 +54,6 @@ class CrashScript:
                 await asyncio.sleep(30)  # this request is cut by the crash; the retry is not held
             return Turn([ToolUse("bash", {"command": SECOND})], stop_reason="tool_use")
         return Turn.text("Both commands ran.")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ControlPlaneProcess:
-    def __init__(self, workdir: Path, model_url: str) -> None:
-        self.http_port, self.tunnel_port = _free_port(), _free_port()
-        self.data_dir = workdir / "cp"
-        self.config = workdir / "cp.yaml"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "data_dir": str(self.data_dir),
-                    "http_port": self.http_port,
-                    "tunnel_port": self.tunnel_port,
-                    "model_base_url": model_url,
-                    "heartbeat_interval_s": 1.0,
-                    "heartbeat_timeout_s": 5.0,
-                    "harness": {
-                        "lease_ttl_s": 3,
-                        "lease_scan_interval_s": 0.5,
-                        "model_backoff_initial_s": 0.1,
-                    },
-                }
-            )
-        )
-        self.log = workdir / "cp.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.url = f"http://127.0.0.1:{self.http_port}"
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "control_plane.cli", "serve", "--config", str(self.config)],
-            stdout=self.log.open("ab"),
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "ANTHROPIC_API_KEY": "e2e-model-key"},
-        )
-
-    def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
-
-    async def wait_up(self) -> None:
-        async def up() -> bool:
-            try:
-                async with httpx.AsyncClient() as c:
-                    return (await c.get(f"{self.url}/healthz")).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        await eventually(up, 30, "control plane up")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-
-def assert_both_calls_ran_once(
-    events: list[Any], docker_client: docker.DockerClient, session_id: str
-) -> None:
-    """The session answered after two successful tool calls, and each call ran exactly once: the
-    side-effect counters its commands left in the sandbox's workspace."""
-    results = [e for e in events if e.type == "agent.tool_result"]
-    assert len(results) == 2 and not any(r.is_error for r in results), results
-    assert "Both commands ran." in "".join(
-        b.text for b in [e for e in events if e.type == "agent.message"][-1].content
-    )
-    [container] = docker_client.containers.list(filters={"label": f"outpost.session_id={session_id}"})
-    for name in ("counter1", "counter2"):
-        code, out = container.exec_run(["wc", "-l", f"/workspace/{name}"], user="1000:1000")
-        assert code == 0 and out.split()[0] == b"1", (name, out)
-
-
-async def session_events(client: anthropic.AsyncAnthropic, session_id: str) -> list[Any]:
-    return [e async for e in client.beta.sessions.events.list(session_id)]
 
 
 async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
@@ -227,7 +144,7 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
         finally:
             if edge is not None:
                 if edge.manager is not None:
-                    await edge.manager.destroy_all_for_tests()
+                    await destroy_all_sandboxes(edge.manager)
                 await edge.close()
             cp.stop()
 

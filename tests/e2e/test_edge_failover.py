@@ -19,7 +19,8 @@ import pytest
 from control_plane.model import LocalModelServer, Turn
 from control_plane.model.responders import tool_result_text, tool_results_since_prompt
 from control_plane.server import ControlPlane
-from tests.e2e.conftest import NAME_PREFIX, eventually
+from tests.support import eventually
+from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
 

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from tests.e2e.conftest import Api, text_of
+from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
 

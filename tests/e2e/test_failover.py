@@ -13,75 +13,29 @@ from __future__ import annotations
 import asyncio
 import signal
 from collections import Counter
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import anthropic
 import docker
 import httpx
 import pytest
-import yaml
 
-from control_plane.model import LocalModelServer, Turn
+from control_plane.model import LocalModelServer
 from control_plane.model.responders import tool_results_since_prompt
-from control_plane.model.script import ToolUse
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.e2e.conftest import NAME_PREFIX, eventually
-from tests.e2e.test_control_plane_crash import (
-    ControlPlaneProcess,
+from tests.docker_support import destroy_all_sandboxes
+from tests.support import eventually
+from tests.support.control_plane_process import (
+    SharedStoreControlPlane,
     assert_both_calls_ran_once,
     session_events,
+    two_slow_calls,
 )
+from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
-
-FIRST = "echo run >> /workspace/counter1; sleep 4; echo first done"
-SECOND = "echo run >> /workspace/counter2; sleep 1; echo second done"
-
-
-async def two_slow_calls(request: Mapping[str, Any]) -> Turn:
-    results = len(tool_results_since_prompt(request))
-    if results == 0:
-        return Turn([ToolUse("bash", {"command": FIRST})], stop_reason="tool_use")
-    if results == 1:
-        return Turn([ToolUse("bash", {"command": SECOND})], stop_reason="tool_use")
-    return Turn.text("Both commands ran.")
-
-
-class SharedStoreControlPlane(ControlPlaneProcess):
-    """A control-plane process whose data dir (store, CA, admin key) is shared with others."""
-
-    def __init__(self, workdir: Path, name: str, data_dir: Path, model_url: str) -> None:
-        super().__init__(workdir, model_url)
-        self.data_dir = data_dir
-        self.config = workdir / f"{name}.yaml"
-        self.log = workdir / f"{name}.log"
-        self.config.write_text(
-            yaml.safe_dump(
-                {
-                    "data_dir": str(data_dir),
-                    "http_port": self.http_port,
-                    "tunnel_port": self.tunnel_port,
-                    "model_base_url": model_url,
-                    "heartbeat_interval_s": 1.0,
-                    "heartbeat_timeout_s": 5.0,
-                    "drain_grace_s": 15.0,
-                    "harness": {
-                        "lease_ttl_s": 3,
-                        "lease_scan_interval_s": 0.5,
-                        "model_backoff_initial_s": 0.1,
-                        "follow_tunnels": True,
-                    },
-                }
-            )
-        )
-
-    @property
-    def tunnel_address(self) -> str:
-        return f"127.0.0.1:{self.tunnel_port}"
 
 
 async def test_sigterm_of_one_control_plane_moves_edge_and_session(
@@ -181,7 +135,7 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
         finally:
             if edge is not None:
                 if edge.manager is not None:
-                    await edge.manager.destroy_all_for_tests()
+                    await destroy_all_sandboxes(edge.manager)
                 await edge.close()
             cp_a.stop()
             cp_b.stop()

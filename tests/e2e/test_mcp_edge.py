@@ -10,7 +10,8 @@ import pytest
 
 from control_plane.server import ControlPlane
 from outpost_wire.errors import ErrorCode, RemoteError
-from tests.e2e.conftest import Api, eventually, text_of
+from tests.support import eventually
+from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
 

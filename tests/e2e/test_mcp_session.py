@@ -18,8 +18,8 @@ from control_plane.model import LocalModelServer, Turn
 from control_plane.model.responders import tool_results_since_prompt
 from control_plane.model.script import ToolUse
 from control_plane.server import ControlPlane
-from tests.e2e.conftest import eventually
 from tests.integration.mcp.servers.http_server import HttpMcpServer
+from tests.support import eventually
 
 pytestmark = pytest.mark.docker
 

@@ -22,8 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from control_plane.server import ControlPlane
 from edge_agent.daemon import EdgeAgent
 from outpost_wire.version import SOFTWARE_VERSION
-from tests.e2e.conftest import REPO, Api, EnrolledEdge, text_of
 from tests.e2e.relay import SilentRelay
+from tests.support import REPO
+from tests.support.e2e import Api, EnrolledEdge, text_of
 
 pytestmark = pytest.mark.docker
 

@@ -22,9 +22,10 @@ import pytest
 
 from tests.e2e.boxes import Box, boot_box, remove_box, wheelhouse
 from tests.e2e.bridge import run
-from tests.e2e.conftest import REPO
+from tests.support import REPO
 
-pytestmark = pytest.mark.docker
+# The README's commands in a fresh box, the wheels built from the checkout: minutes, not seconds.
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 PLACEHOLDERS = {"env_...", "<printed by tokens create>"}
 _PATH = "/opt/outpost/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

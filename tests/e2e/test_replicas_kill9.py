@@ -30,10 +30,16 @@ from control_plane.model.responders import tool_results_since_prompt
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.e2e.conftest import NAME_PREFIX, eventually
-from tests.e2e.test_control_plane_crash import assert_both_calls_ran_once, session_events
-from tests.e2e.test_failover import SharedStoreControlPlane, two_slow_calls
+from tests.docker_support import destroy_all_sandboxes
 from tests.pg_support import PG_URL, drop_schema, new_schema, pg_config
+from tests.support import eventually
+from tests.support.control_plane_process import (
+    SharedStoreControlPlane,
+    assert_both_calls_ran_once,
+    session_events,
+    two_slow_calls,
+)
+from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
 
@@ -65,6 +71,9 @@ def store(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
         asyncio.run(drop_schema(schema))
 
 
+# Three control-plane processes, a kill -9 and a lease expiry, each waited on with its own deadline
+# (up to 120 s for the stream); on PostgreSQL as well.
+@pytest.mark.timeout(600)
 async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
     tmp_path: Path, docker_client: docker.DockerClient, store: dict[str, Any]
 ) -> None:
@@ -166,7 +175,7 @@ async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
                 await client.close()
             if edge is not None:
                 if edge.manager is not None:
-                    await edge.manager.destroy_all_for_tests()
+                    await destroy_all_sandboxes(edge.manager)
                 await edge.close()
             for replica in replicas:
                 replica.stop()

@@ -17,7 +17,8 @@ from cryptography.x509.oid import NameOID
 from control_plane.server import ControlPlane
 from edge_agent.connection import TransportError, connect_grpc
 from outpost_wire.channel import CONNECT_METHOD
-from tests.e2e.conftest import Api, eventually, text_of
+from tests.support import eventually
+from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
 

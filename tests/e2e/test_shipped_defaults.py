@@ -286,6 +286,8 @@ async def _start_edge(
     return Edge(name, edge_id, daemon, f"http://{listen}/readyz")
 
 
+# 120 s of idle tunnels on the shipped timings is the point of the test, then a silent path.
+@pytest.mark.timeout(600)
 async def test_idle_tunnels_hold_and_a_silent_path_drops_on_shipped_defaults(
     tmp_path: Path,
     docker_client: docker.DockerClient,  # the edges need Docker, though they run no sandbox here

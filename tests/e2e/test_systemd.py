@@ -40,9 +40,12 @@ from tests.e2e.bridge import (
     enrollment_token,
     run,
 )
-from tests.e2e.conftest import REPO, text_of
+from tests.support import REPO
+from tests.support.e2e import text_of
 
-pytestmark = pytest.mark.docker
+# systemd in a container, the wheels built from the checkout (module fixtures, set up in the first
+# test): minutes, not seconds.
+pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from control_plane.server import ControlPlane
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.frames import Provision
-from tests.e2e.conftest import Api, text_of
+from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
 

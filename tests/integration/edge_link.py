@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,25 +76,18 @@ def api_client(cp: ControlPlane, **kwargs: Any) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=cp.http_url, headers=headers, timeout=30, **kwargs)
 
 
+async def connected_edges(cp: ControlPlane) -> list[str]:
+    """The ids of the edges connected to ``cp`` (its admin API)."""
+    async with api_client(cp) as api:
+        r = await api.get("/v1/connected_edges")
+    assert r.status_code == 200, r.text
+    return [e["edge_id"] for e in r.json()["data"]]
+
+
 @pytest.fixture(name="api")
 async def api_fixture(cp: ControlPlane) -> AsyncIterator[httpx.AsyncClient]:
     async with api_client(cp) as client:
         yield client
-
-
-async def eventually(
-    predicate: Callable[[], Awaitable[bool]],
-    timeout_s: float = 15.0,
-    what: str = "",
-    *,
-    interval_s: float = 0.02,
-) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if await predicate():
-            return
-        await asyncio.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class FakeHandler:

@@ -40,6 +40,7 @@ from tests.integration.edge_link import api_fixture as api_fixture
 from tests.integration.edge_link import cp_fixture as cp_fixture
 from tests.integration.edge_link import make_dialer, running_link
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
@@ -86,10 +87,7 @@ async def refused(identity: Identity, state_dir: Path, transport: str) -> bool:
 
 
 async def _gone(cp: ControlPlane, edge_id: str) -> None:
-    deadline = time.monotonic() + 10
-    while cp.registry.get(edge_id) is not None:
-        assert time.monotonic() < deadline, "the edge's tunnel did not go away"
-        await asyncio.sleep(0.02)
+    await eventually(lambda: cp.registry.get(edge_id) is None, 10, "the edge's tunnel to go away")
 
 
 def renew_token(identity: Identity, audience: str | None = None) -> str:
@@ -229,10 +227,7 @@ async def test_renewal_task_swaps_the_identity_without_dropping_the_tunnel(
         assert link.connections == 1
         # The next connection presents the new certificate.
         conn.close(ErrorCode.UNAVAILABLE, "test: reconnect")
-        deadline = time.monotonic() + 15
-        while link.connections < 2:
-            assert time.monotonic() < deadline, "the link did not reconnect"
-            await asyncio.sleep(0.02)
+        await eventually(lambda: link.connections >= 2, 15, "the link to reconnect")
     assert cp.store is not None
     record = await cp.store.get_edge(identity.edge_id)
     assert (record.cert_fingerprint, record.previous_cert_fingerprint) == (new.fingerprint, None)

@@ -37,11 +37,11 @@ from edge_agent.identity import generate_key_and_csr
 from tests.integration.edge_link import (
     api_client,
     control_plane_config,
-    eventually,
     make_dialer,
     running_link,
 )
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

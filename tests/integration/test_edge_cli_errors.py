@@ -7,13 +7,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -24,41 +21,12 @@ from edge_agent.config import load_config
 from edge_agent.connection.dialer import endpoints_for
 from edge_agent.identity import Identity
 from outpost_wire.cli_support import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
-from tests.integration.edge_link import PROXY_VARS
+from tests.integration.edge_cli import edge_cli, new_token
 from tests.integration.edge_link import api_fixture as api_fixture
 from tests.integration.edge_link import cp_fixture as cp_fixture
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-async def edge_cli(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    """Run ``outpost-edge ARGV`` (as ``python -m edge_agent.cli``) in ``cwd``: (code, stdout, stderr)."""
-    base = {k: v for k, v in os.environ.items() if k not in PROXY_VARS and not k.startswith("OUTPOST_")}
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "edge_agent.cli",
-        *argv,
-        cwd=cwd,
-        env={**base, "PYTHONPATH": str(REPO), **(env or {})},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 120)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
-async def new_token(api: httpx.AsyncClient, **body: Any) -> dict[str, Any]:
-    r = await api.post("/v1/environments", json={"name": "cli", "config": {"type": "self_hosted"}})
-    assert r.status_code == 200, r.text
-    r = await api.post(f"/v1/environments/{r.json()['id']}/enrollment_tokens", json=body or {})
-    assert r.status_code == 200, r.text
-    token: dict[str, Any] = r.json()
-    return token
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import stat
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +24,7 @@ from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
 from edge_agent.enroll import EnrollmentError, register
 from edge_agent.identity import Identity
+from tests.support import eventually
 
 ENV_ID = "env_integration"
 TUNNEL = "127.0.0.1:7443"
@@ -59,14 +60,6 @@ class ControlPlane:
         return body
 
 
-async def _wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.005)
-
-
 @pytest.fixture
 async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
     clock = Clock()
@@ -86,7 +79,7 @@ async def control_plane(tmp_path: Path) -> AsyncIterator[ControlPlane]:
         server = uvicorn.Server(uvicorn.Config(app, lifespan="off", log_level="warning", access_log=False))
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
-            await _wait_for(lambda: server.started or task.done())
+            await eventually(lambda: server.started or task.done())
             if task.done():
                 task.result()  # surface a startup failure
             url = f"http://127.0.0.1:{port}"

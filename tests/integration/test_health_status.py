@@ -34,13 +34,13 @@ from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.status import status_document
 from tests.integration.edge_link import (
     api_client,
-    eventually,
     make_dialer,
     running_link,
 )
 from tests.integration.edge_link import api_fixture as api_fixture
 from tests.integration.edge_link import cp_fixture as cp_fixture
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -20,12 +20,12 @@ from outpost_wire.frames import Execute, Failure, Outcome, Request
 from outpost_wire.results import ImageBlock, TextBlock, ToolResult
 from tests.integration.edge_link import (
     api_client,
-    eventually,
     make_dialer,
     running_control_plane,
     running_link,
 )
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

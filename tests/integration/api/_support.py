@@ -3,8 +3,6 @@ stands in for the harness, and checks that the SDK parsed a response completely.
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -23,15 +21,6 @@ PING_INTERVAL_S = 0.2
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    """Wait until ``condition()`` holds, polling briefly; fail after ``timeout_s``."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 @dataclass

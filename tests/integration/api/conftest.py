@@ -20,7 +20,8 @@ from control_plane.bus import EventBus
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
-from tests.integration.api._support import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow, wait_for
+from tests.integration.api._support import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow
+from tests.support import eventually
 
 
 @pytest.fixture
@@ -59,7 +60,7 @@ async def api(tmp_path: Path) -> AsyncIterator[Api]:
         server = uvicorn.Server(config)
         task = asyncio.create_task(server.serve(sockets=[sock]))
         try:
-            await wait_for(lambda: server.started or task.done())
+            await eventually(lambda: server.started or task.done())
             if task.done():
                 task.result()  # surface a start-up failure
             url = f"http://127.0.0.1:{port}"

@@ -14,7 +14,8 @@ import pytest
 
 from control_plane.sessions.events import new_event_id
 from control_plane.store.base import NewEvent
-from tests.integration.api._support import Api, assert_valid, wait_for
+from tests.integration.api._support import Api, assert_valid
+from tests.support import eventually
 
 TIMEOUT_S = 10
 
@@ -75,7 +76,7 @@ async def test_stream_yields_events_and_requested_deltas(api: Api) -> None:
         await play(api, session.id, agent_turn(message_id))
         seen = await collect_until(stream, "session.status_idle")
         assert api.bus.subscriber_count(session.id) == 1
-    await wait_for(lambda: api.bus.subscriber_count(session.id) == 0)  # closing unsubscribes
+    await eventually(lambda: api.bus.subscriber_count(session.id) == 0)  # closing unsubscribes
 
     assert [e.type for e in seen] == [
         "user.message",

@@ -23,7 +23,7 @@ from _egress_support import (
 )
 
 from edge_agent.sandbox import DockerRuntime, SandboxManager
-from tests.docker_support import docker_for_tests
+from tests.docker_support import destroy_all_sandboxes, docker_for_tests
 
 _counter = itertools.count(1)
 
@@ -65,7 +65,7 @@ async def make_manager(runtime: DockerRuntime, edge_id: str) -> AsyncIterator[Ma
     for manager in made:
         await manager.close()
     cleaner = SandboxManager(runtime, edge_id=edge_id, default_limits=limits())
-    await cleaner.destroy_all_for_tests()
+    await destroy_all_sandboxes(cleaner)
     await cleaner.close()
 
 

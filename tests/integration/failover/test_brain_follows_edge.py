@@ -24,13 +24,13 @@ from edge_agent.enroll import register
 from edge_agent.identity import Identity
 from tests.integration.edge_link import (
     api_client,
+    connected_edges,
     control_plane_config,
-    eventually,
     make_dialer,
     running_link,
 )
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.failover.test_drain_redirect import connected_edges
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -10,75 +10,28 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from control_plane.config import ControlPlaneConfig
-from control_plane.harness import HarnessConfig
 from control_plane.server import ControlPlane
 from edge_agent.connection import Dialer
 from edge_agent.connection.dialer import Endpoint
-from edge_agent.enroll import register
 from edge_agent.identity import Identity
 from tests.integration.edge_link import (
     FakeHandler,
     api_client,
-    control_plane_config,
-    eventually,
+    connected_edges,
     make_dialer,
     running_link,
 )
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support import eventually
 
 MOVE_WITHIN_S = 3.0  # far below drain_grace_s: the edge must not wait for A to close its tunnel
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
-
-
-@pytest.fixture
-async def pair(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[tuple[ControlPlane, ControlPlane]]:
-    monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
-
-    def config() -> ControlPlaneConfig:
-        return control_plane_config(  # the same data_dir: one store, one CA, one admin key
-            tmp_path,
-            drain_grace_s=30.0,
-            harness=HarnessConfig(follow_tunnels=True, lease_scan_interval_s=0.2),
-        )
-
-    async with ControlPlane(config()) as a, ControlPlane(config()) as b:  # A creates the CA first
-        yield a, b
-
-
-async def connected_edges(cp: ControlPlane) -> list[str]:
-    async with api_client(cp) as api:
-        r = await api.get("/v1/connected_edges")
-    assert r.status_code == 200, r.text
-    return [e["edge_id"] for e in r.json()["data"]]
-
-
-@pytest.fixture
-async def enrolled(pair: tuple[ControlPlane, ControlPlane], tmp_path: Path) -> tuple[str, Identity]:
-    a, _ = pair
-    async with api_client(a) as api:
-        r = await api.post("/v1/environments", json={"name": "drain", "config": {"type": "self_hosted"}})
-        assert r.status_code == 200, r.text
-        environment = str(r.json()["id"])
-        r = await api.post(f"/v1/environments/{environment}/enrollment_tokens", json={"ttl_seconds": 600})
-        token = r.json()
-    identity = await register(
-        a.http_url,
-        token["token"],
-        tmp_path / "edge",
-        name="drain-edge",
-        ca_fingerprint=token["ca_fingerprint"],
-    )
-    return environment, identity
 
 
 def dialer_a_then_b(
@@ -169,7 +122,7 @@ async def test_an_edge_answers_its_call_in_flight_before_it_leaves_a_draining_co
         call = asyncio.create_task(api.post("/v1/sandboxes/exec", json=body))
         await asyncio.wait_for(handler.started.wait(), 10)
         start_draining(a)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # a while: the edge must not leave A while it owes A an answer
         assert await connected_edges(a) == [identity.edge_id]  # still owes A an answer
         assert dialer.endpoint_index == 1  # but already knows where it goes next
         handler.release.set()

@@ -15,8 +15,6 @@ from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.failover.test_drain_redirect import enrolled as enrolled
-from tests.integration.failover.test_drain_redirect import pair as pair
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

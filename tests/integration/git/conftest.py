@@ -17,7 +17,7 @@ from edge_agent.egress import EgressSpec
 from edge_agent.git import EdgeCredentials, GitConfig, GitService
 from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
-from tests.docker_support import docker_for_tests
+from tests.docker_support import destroy_all_sandboxes, docker_for_tests
 
 IMAGE = "outpost-sandbox:1"
 EDGE_PREFIX = f"test-git-{uuid.uuid4().hex[:8]}"
@@ -68,7 +68,7 @@ async def edge(docker_api: Any, tmp_path: Path) -> AsyncIterator[Edge]:
     yield made
     await made.close()
     cleaner = SandboxManager(runtime, edge_id=edge_id, default_limits=limits())
-    await cleaner.destroy_all_for_tests()
+    await destroy_all_sandboxes(cleaner)
     await cleaner.close()
     await runtime.close()
 

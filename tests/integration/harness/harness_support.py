@@ -7,7 +7,7 @@ import asyncio
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,6 +18,7 @@ from control_plane.harness import events as ev
 from control_plane.sessions.agent_config import ToolParams, resolve_model, resolve_tools
 from control_plane.store.base import Event, NewEvent, Store
 from outpost_wire.results import ToolResult
+from tests.support import eventually
 
 # Short scans and retries, so that tests do not wait on the defaults (seconds); the defaults are
 # run by the end-to-end tests on shipped configuration.
@@ -158,14 +159,6 @@ async def send_message(store: Store, session_id: str, text: str) -> str:
     return await send(store, session_id, ev.USER_MESSAGE, {"content": [{"type": "text", "text": text}]})
 
 
-async def wait_for(condition: Callable[[], Awaitable[bool]], timeout_s: float = 10.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout_s
-    while not await condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        await asyncio.sleep(0.01)
-
-
 async def wait_for_events(
     store: Store, session_id: str, predicate: Callable[[list[Event]], bool], timeout_s: float = 10.0
 ) -> list[Event]:
@@ -176,7 +169,7 @@ async def wait_for_events(
         found = await store.get_events(session_id)
         return predicate(found)
 
-    await wait_for(check, timeout_s, "events")
+    await eventually(check, timeout_s, "events")
     return found
 
 
@@ -198,4 +191,4 @@ async def settle(harness: Any, session_id: str, timeout_s: float = 10.0) -> None
     async def inactive() -> bool:
         return session_id not in harness.active_sessions()
 
-    await wait_for(inactive, timeout_s, f"session {session_id} to settle")
+    await eventually(inactive, timeout_s, f"session {session_id} to settle")

@@ -16,7 +16,6 @@ from harness_support import (
     send_message,
     settle,
     utcnow,
-    wait_for,
     wait_for_events,
 )
 
@@ -24,6 +23,7 @@ from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.model import LocalModelServer, Script
 from control_plane.store import SqliteStore
+from tests.support import eventually
 
 SESSIONS = 12
 
@@ -94,7 +94,7 @@ async def test_ended_sessions_leave_no_state_behind(db: Path) -> None:
             async def nothing_left() -> bool:
                 return not any(_per_session_state(harness).values()) and _lease_rows(db) == 0
 
-            await wait_for(nothing_left, what="every per-session entry and lease row to go")
+            await eventually(nothing_left, what="every per-session entry and lease row to go")
             assert sorted(gateway.destroyed) == sorted(ended_here)
         finally:
             await harness.close()

@@ -21,7 +21,6 @@ from harness_support import (
     send_message,
     types,
     utcnow,
-    wait_for,
     wait_for_events,
 )
 
@@ -30,6 +29,7 @@ from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
 from control_plane.harness import events as ev
 from control_plane.model import LocalModelServer, RecordedRequest, Script, Turn
 from control_plane.store import SqliteStore
+from tests.support import eventually
 
 SHORT_LEASE = HarnessConfig(
     lease_ttl_s=0.6,
@@ -114,7 +114,7 @@ async def test_killed_after_the_model_answered_the_turn_is_not_requested_again(d
         harness_b = Harness(store_b, gateway, EventBus(), model, SHORT_LEASE, holder_id="harness_b")
         await harness_b.start()
         events = await wait_for_events(store_b, session_id, lambda es: idle_count(es) == 1, timeout_s=10)
-        await wait_for(lambda: _inactive(harness_b, session_id))
+        await eventually(lambda: _inactive(harness_b, session_id))
         await harness_b.close()
         await model.close()
         assert server.request_count == 1
@@ -155,11 +155,11 @@ async def test_fenced_harness_stops_and_the_new_owner_finishes(
 
         await harness_b.wake(session_id)  # B takes the lease over (epoch + 1) and re-dispatches
         tool_use = next(e for e in await store_b.get_events(session_id) if e.type == ev.AGENT_TOOL_USE)
-        await wait_for(lambda: _dispatched_twice(gateway, tool_use.id), what="B's re-dispatch")
+        await eventually(lambda: _dispatched_twice(gateway, tool_use.id), what="B's re-dispatch")
         gateway.gate.set()  # both A and B get the one result; A's append is fenced
 
         events = await wait_for_events(store_b, session_id, lambda es: idle_count(es) == 1)
-        await wait_for(lambda: _inactive(harness_a, session_id), what="A to stop")
+        await eventually(lambda: _inactive(harness_a, session_id), what="A to stop")
         await harness_a.close()
         await harness_b.close()
         await model.close()
@@ -204,7 +204,7 @@ async def test_a_live_lease_keeps_a_second_harness_out(db: Path) -> None:
         assert gateway.calls[tool_use.id] == 1
         gateway.gate.set()
         await wait_for_events(store_a, session_id, lambda es: idle_count(es) == 1)
-        await wait_for(lambda: _inactive(harness_b, session_id), what="B to find nothing to do")
+        await eventually(lambda: _inactive(harness_b, session_id), what="B to find nothing to do")
         await harness_a.close()
         await harness_b.close()
         await model.close()

@@ -20,7 +20,6 @@ from harness_support import (
     settle,
     types,
     utcnow,
-    wait_for,
     wait_for_events,
 )
 
@@ -30,6 +29,7 @@ from control_plane.harness import events as ev
 from control_plane.model import LocalModelServer, Script, ToolUse, Turn
 from control_plane.store import SqliteStore
 from control_plane.tunnel import SandboxMove
+from tests.support import eventually
 
 
 @pytest.fixture
@@ -155,7 +155,7 @@ async def test_two_messages_back_to_back_make_two_sequential_turns(store: Sqlite
         nonlocal in_flight, max_in_flight
         in_flight += 1
         max_in_flight = max(max_in_flight, in_flight)
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.15)  # a slow model: a second turn started meanwhile would overlap
         in_flight -= 1
         last = body["messages"][-1]["content"][-1]["text"]
         return Turn.text(f"answer to {last}")
@@ -341,7 +341,7 @@ async def test_provisioning_modes(store: SqliteStore, eager: bool) -> None:
         await send_message(store, session_id, "hello")
         await harness.wake(session_id)
         await wait_for_events(store, session_id, lambda es: idle_count(es) == 1)
-        await wait_for(lambda: _provisioned(gateway), what="provisioning")
+        await eventually(lambda: _provisioned(gateway), what="provisioning")
         await harness.close()
         await model.close()
         received = server.requests[0].received_at

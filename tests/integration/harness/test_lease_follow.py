@@ -26,7 +26,6 @@ from harness_support import (
     settle,
     types,
     utcnow,
-    wait_for,
     wait_for_events,
 )
 
@@ -36,6 +35,7 @@ from control_plane.harness import events as ev
 from control_plane.model import LocalModelServer, Script, Turn
 from control_plane.store import SqliteStore
 from control_plane.store.base import Store
+from tests.support import eventually
 
 FAST = {
     "lease_ttl_s": 3.0,
@@ -130,7 +130,7 @@ async def test_a_session_whose_edge_left_is_released_and_taken_over_where_the_ed
         async def b_left() -> bool:  # B's task may still be writing its wake request
             return session_id not in harness_b.active_sessions()
 
-        await wait_for(b_left, 10, "B to leave the session")
+        await eventually(b_left, 10, "B to leave the session")
 
         edge_on.clear()  # the edge's tunnel to A's process is gone ...
         lost = time.monotonic()
@@ -144,7 +144,7 @@ async def test_a_session_whose_edge_left_is_released_and_taken_over_where_the_ed
             held = await store_b.get_lease(session_id)
             return held is not None and held.holder == "harness_b"
 
-        await wait_for(moved_to_b, 10, "B to take the lease over")
+        await eventually(moved_to_b, 10, "B to take the lease over")
         assert time.monotonic() - lost >= release_s
         await settle(harness_a, session_id)  # A only looks at the session now, and leaves it
         gateway.gate.set()  # the sandbox finishes the call; B's repeat of it joins the same run
@@ -208,7 +208,7 @@ async def test_input_sent_to_a_process_that_may_not_run_the_session_reaches_the_
         async def requested() -> bool:
             return await store_b.wake_requests() == [session_id]
 
-        await wait_for(requested, 5, "B's wake request")
+        await eventually(requested, 5, "B's wake request")
         events = await wait_for_events(store_a, session_id, lambda es: idle_count(es) == 1, timeout_s=10)
         await settle(harness_a, session_id)
         assert await store_a.wake_requests() == []  # A took the session and cleared the request

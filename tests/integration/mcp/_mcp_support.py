@@ -3,10 +3,7 @@ in-process Streamable-HTTP server, secret files (0600), and waiting on a conditi
 
 from __future__ import annotations
 
-import asyncio
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -58,12 +55,3 @@ def http_config(
 
 def allow(*names: str, **rules: Any) -> McpPolicy:
     return McpPolicy.model_validate({"servers": {**{name: {} for name in names}, **rules}})
-
-
-async def wait_until(predicate: Callable[[], bool], timeout_s: float = 20.0) -> None:
-    """Poll a condition until it holds or the deadline passes (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met within the deadline")
-        await asyncio.sleep(0.01)

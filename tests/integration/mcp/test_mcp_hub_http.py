@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from _mcp_support import TOKEN, allow, http_config, wait_until, write_secret
+from _mcp_support import TOKEN, allow, http_config, write_secret
 from servers.http_server import HttpMcpServer
 
 from control_plane.enroll.ca import CertificateAuthority
 from edge_agent.mcp import McpConnectionFailed, McpHub, McpServerNotAllowed, ServerStatus, TextBlock
+from tests.support import eventually
 
 
 def _status(hub: McpHub, name: str) -> ServerStatus:
@@ -56,13 +57,13 @@ async def test_server_stopped_then_restarted_reconnects(http_server: HttpMcpServ
         await http_server.stop()
         with pytest.raises(McpConnectionFailed, match="MCP server 'remote'"):
             await hub.call("remote", "mul", {"a": 2, "b": 3})
-        await wait_until(lambda: "cannot connect" in (hub.catalog().servers[0].last_error or ""))
+        await eventually(lambda: "cannot connect" in (hub.catalog().servers[0].last_error or ""))
         assert _status(hub, "remote") is ServerStatus.DOWN
         with pytest.raises(McpConnectionFailed, match=r"cannot connect to http://127\.0\.0\.1"):
             await hub.call("remote", "mul", {"a": 2, "b": 3})
 
         await http_server.start()  # same port
-        await wait_until(lambda: _status(hub, "remote") is ServerStatus.UP)
+        await eventually(lambda: _status(hub, "remote") is ServerStatus.UP)
         assert (await hub.call("remote", "mul", {"a": 2, "b": 5})).content == (TextBlock("10"),)
 
 
@@ -73,9 +74,9 @@ async def test_a_stopped_server_is_noticed_without_a_call(
     async with McpHub([config], allow("remote")) as hub:
         assert _status(hub, "remote") is ServerStatus.UP
         await http_server.stop()
-        await wait_until(lambda: _status(hub, "remote") is ServerStatus.DOWN)
+        await eventually(lambda: _status(hub, "remote") is ServerStatus.DOWN)
         await http_server.start()
-        await wait_until(lambda: _status(hub, "remote") is ServerStatus.UP)
+        await eventually(lambda: _status(hub, "remote") is ServerStatus.UP)
 
 
 async def test_https_with_a_private_ca(tmp_path: Path, token_file: Path) -> None:

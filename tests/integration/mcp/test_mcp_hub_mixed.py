@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from _mcp_support import IDENTITY, TOKEN, allow, http_config, stdio_config, wait_until, write_secret
+from _mcp_support import IDENTITY, TOKEN, allow, http_config, stdio_config, write_secret
 from servers.http_server import HttpMcpServer
 
 from edge_agent.mcp import McpCatalog, McpConnectionFailed, McpHub, McpServerConfig, ServerStatus
+from tests.support import eventually
 
 
 def _configs(http_server: HttpMcpServer, token_file: Path, identity_file: Path) -> list[McpServerConfig]:
@@ -48,7 +49,7 @@ async def test_on_change_follows_a_crash_and_the_restart(
         assert changes == []  # nothing is reported for the start itself
         with pytest.raises(McpConnectionFailed):
             await hub.call("local", "crash", {})
-        await wait_until(lambda: len(changes) >= 2 and changes[-1].digest == before)
+        await eventually(lambda: len(changes) >= 2 and changes[-1].digest == before)
         assert changes[0].server("local").status is ServerStatus.DOWN  # type: ignore[union-attr]
         assert changes[0].server("remote").status is ServerStatus.UP  # type: ignore[union-attr]
 
@@ -82,7 +83,7 @@ async def test_secrets_never_reach_logs_or_errors(
             except McpConnectionFailed as exc:
                 errors.append(str(exc))
         errors.extend(s.last_error or "" for s in hub.catalog().servers)
-        await wait_until(lambda: hub.catalog().server("local").status is ServerStatus.UP)  # type: ignore[union-attr]
+        await eventually(lambda: hub.catalog().server("local").status is ServerStatus.UP)  # type: ignore[union-attr]
 
     assert len(errors) >= 3
     every_record = [(r.name, r.getMessage() + (r.exc_text or "")) for r in caplog.records]

@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
-from _mcp_support import IDENTITY, allow, stdio_config, wait_until, write_secret
+from _mcp_support import IDENTITY, allow, stdio_config, write_secret
 
 from edge_agent.mcp import (
+    DocumentBlock,
     ImageBlock,
     McpConnectionFailed,
     McpHub,
@@ -17,6 +18,9 @@ from edge_agent.mcp import (
     ServerStatus,
     TextBlock,
 )
+from tests.support import eventually
+
+PDF_BYTES = b"%PDF-1.4\n%outpost test\n%%EOF\n"  # what servers/stdio_server.py's report tool embeds
 
 
 def _env(identity_file: Path) -> dict[str, object]:
@@ -69,11 +73,13 @@ async def test_catalog_calls_and_env_from_file(identity_file: Path) -> None:
         assert (await hub.call("local", "whoami", {})).content == (TextBlock(IDENTITY),)
 
         failed = await hub.call("local", "fail", {})  # isError is a result, not an exception
-        assert failed.is_error and "always fails" in failed.content[0].to_dict()["text"]
+        assert failed.is_error and "always fails" in failed.content[0].to_json()["text"]
         picture = await hub.call("local", "picture", {})
         assert isinstance(picture.content[0], ImageBlock) and picture.content[0].media_type == "image/png"
         structured = await hub.call("local", "structured", {"name": "abc"})
-        assert '"length": 3' in structured.content[0].to_dict()["text"]
+        assert '"length": 3' in structured.content[0].to_json()["text"]
+        report = await hub.call("local", "report", {})  # an embedded PDF is a document block
+        assert report.content == (DocumentBlock("application/pdf", PDF_BYTES),)
 
 
 async def test_policy_filters_the_catalog_and_refuses_other_tools(identity_file: Path) -> None:
@@ -93,7 +99,7 @@ async def test_crash_fails_the_call_then_the_server_is_restarted(identity_file: 
         with pytest.raises(McpConnectionFailed, match="lost during the call; restarting it") as info:
             await hub.call("local", "crash", {})
         assert info.value.mcp_code.value == "mcp_connection_failed_error"
-        await wait_until(lambda: hub.catalog().servers[0].status is ServerStatus.UP)
+        await eventually(lambda: hub.catalog().servers[0].status is ServerStatus.UP)
         assert await _pid(hub) != first
         assert _gone(first)
 
@@ -103,7 +109,7 @@ async def test_hang_times_out_then_the_server_recovers(identity_file: Path) -> N
         first = await _pid(hub)
         with pytest.raises(McpConnectionFailed, match=r"'hang' did not answer within 0.5s; restarting it"):
             await hub.call("local", "hang", {}, timeout_s=0.5)
-        await wait_until(lambda: hub.catalog().servers[0].status is ServerStatus.UP)
+        await eventually(lambda: hub.catalog().servers[0].status is ServerStatus.UP)
         assert (await hub.call("local", "echo", {"text": "back"})).content == (TextBlock("back"),)
         assert _gone(first)
 

@@ -5,7 +5,8 @@ is read back; :meth:`BearerMcpServer.restart` binds the same port again). Every 
 ``Authorization: Bearer <token>``, else it is answered 401 before it reaches the MCP app.
 
 Tools: ``echo(text)``, ``add(a, b)``, ``boom()`` (raises: an error result), ``sleep(seconds)``
-(hangs, for timeouts); ``calls`` counts the tool calls that ran, by tool.
+(hangs, for timeouts), ``report()`` (an embedded PDF, :data:`PDF_BYTES`); ``calls`` counts the
+tool calls that ran, by tool.
 
 Run as a program (``python mcp_cp_server.py [port]``, the token in ``MCP_CP_TEST_TOKEN``) it serves
 until killed and prints ``port <n>`` once listening: a server process that can really crash.
@@ -14,6 +15,7 @@ until killed and prints ``port <n>`` once listening: a server process that can r
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import os
 import socket
@@ -21,11 +23,14 @@ import sys
 from collections import Counter
 from typing import Any
 
+import mcp_types
 import uvicorn
 from mcp.server.mcpserver import MCPServer
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["BearerMcpServer"]
+__all__ = ["PDF_BYTES", "BearerMcpServer"]
+
+PDF_BYTES = b"%PDF-1.4\n%outpost test\n%%EOF\n"  # a PDF by media type; nothing parses it
 
 
 class _BearerGuard:
@@ -90,6 +95,15 @@ class BearerMcpServer:
             calls["sleep"] += 1
             await asyncio.sleep(seconds)
             return "slept"
+
+        @server.tool(description="Return a small PDF as an embedded resource.")
+        def report() -> mcp_types.EmbeddedResource:
+            calls["report"] += 1
+            blob = base64.b64encode(PDF_BYTES).decode("ascii")
+            contents = mcp_types.BlobResourceContents(
+                uri="file:///report.pdf", mime_type="application/pdf", blob=blob
+            )
+            return mcp_types.EmbeddedResource(type="resource", resource=contents)
 
         self.guard = _BearerGuard(server.streamable_http_app(json_response=True), self.token)
         return self.guard

@@ -20,7 +20,6 @@ from tests.integration.harness.harness_support import (
     send_message,
     types,
     utcnow,
-    wait_for,
     wait_for_events,
 )
 
@@ -33,7 +32,6 @@ __all__ = [
     "send_message",
     "types",
     "utcnow",
-    "wait_for",
     "wait_for_events",
 ]
 

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import os
 import sys
@@ -11,7 +12,7 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import pytest
-from mcp_cp_server import BearerMcpServer
+from mcp_cp_server import PDF_BYTES, BearerMcpServer
 from mcp_cp_support import ENV, FakeMcpGateway
 
 from control_plane.mcp import (
@@ -84,7 +85,7 @@ async def test_lists_and_calls_with_the_bearer_and_never_logs_it(
     async with router_for() as router:
         listing = await router.list_tools("sesn_1", None, ref)
         assert listing.ok, listing
-        assert sorted(t.name for t in listing.tools) == ["add", "boom", "echo", "sleep"]
+        assert sorted(t.name for t in listing.tools) == ["add", "boom", "echo", "report", "sleep"]
         add = next(t for t in listing.tools if t.name == "add")
         assert add.description == "Add two integers."
         assert set(add.input_schema["properties"]) == {"a", "b"}
@@ -96,6 +97,11 @@ async def test_lists_and_calls_with_the_bearer_and_never_logs_it(
 
         failed = await router.call("sesn_1", None, ref, "boom", {}, idempotency_key="k2")
         assert failed.is_error and failed.outcome == "tool_error" and failed.error_type is None
+
+        report = await router.call("sesn_1", None, ref, "report", {}, idempotency_key="k3")
+        pdf = base64.b64encode(PDF_BYTES).decode("ascii")  # an embedded PDF is a document block
+        source = {"type": "base64", "media_type": "application/pdf", "data": pdf}
+        assert report.content == [{"type": "document", "source": source}] and not report.is_error
 
     assert server.guard is not None and all(
         a == f"Bearer {TOKEN}".encode() for a in server.guard.seen_authorizations

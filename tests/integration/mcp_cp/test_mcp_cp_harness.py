@@ -19,7 +19,6 @@ from mcp_cp_support import (
     send,
     send_message,
     types,
-    wait_for,
     wait_for_events,
 )
 from pydantic import TypeAdapter
@@ -46,6 +45,7 @@ from control_plane.sessions.agent_config import (
 from control_plane.store import SqliteStore
 from control_plane.store.base import Event
 from outpost_wire.results import ToolResult
+from tests.support import eventually
 
 TOKEN = "harness-bearer-9d1e0b"
 FAST = HarnessConfig(
@@ -252,6 +252,7 @@ async def test_edge_and_direct_mcp_tools_in_full_turns(store: SqliteStore, calc:
         "mcp__tickets__lookup_ticket",
         "mcp__calc__add",
         "mcp__calc__echo",
+        "mcp__calc__report",
         "mcp__calc__sleep",
     }
     tool_list = [t["name"] for t in requests[0].body["tools"]]
@@ -260,6 +261,7 @@ async def test_edge_and_direct_mcp_tools_in_full_turns(store: SqliteStore, calc:
         "mcp__tickets__lookup_ticket",
         "mcp__calc__add",
         "mcp__calc__echo",
+        "mcp__calc__report",
         "mcp__calc__sleep",
     ]
     # The tool result goes back under the model's own tool_use id.
@@ -339,7 +341,7 @@ async def test_resume_redispatches_the_unanswered_call_with_the_same_key(
             async def in_flight() -> bool:
                 return gateway.in_flight.is_set()
 
-            await wait_for(in_flight, what="the MCP call to reach the edge")
+            await eventually(in_flight, what="the MCP call to reach the edge")
             await first.harness.abort()  # the harness dies mid-call; the edge finishes the call
             gateway.gate.set()
             second = await Rig(store, gateway, model_server).start()  # resumes once the lease expires
@@ -374,7 +376,7 @@ async def test_a_draining_control_plane_leaves_the_mcp_call_to_the_next_one(
             async def refused_and_stopped() -> bool:
                 return sum(gateway.calls.values()) >= 1 and session_id not in first.harness.active_sessions()
 
-            await wait_for(refused_and_stopped, what="the refused call and a quiet stop")
+            await eventually(refused_and_stopped, what="the refused call and a quiet stop")
             await first.close()  # as ControlPlane.close does after draining the gateway
             events = await store.get_events(session_id)
             assert only(events, ev.AGENT_MCP_TOOL_USE) and not only(events, ev.AGENT_MCP_TOOL_RESULT)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -15,13 +13,3 @@ LIMITS = SandboxLimits(image=IMAGE, cpus=1.0, memory_bytes=512 * 1024 * 1024, pi
 
 # make_manager(**SandboxManager kwargs) -> a started manager for the test's edge id
 ManagerFactory = Callable[..., Awaitable[SandboxManager]]
-
-
-async def eventually(predicate: Callable[[], bool], timeout_s: float = 10.0, what: str = "condition") -> None:
-    """Wait for ``predicate`` with a deadline (polling, never a fixed sleep)."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

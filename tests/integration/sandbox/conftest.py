@@ -11,7 +11,7 @@ import pytest
 from _sandbox_support import EDGE_PREFIX, IMAGE, LIMITS, ManagerFactory
 
 from edge_agent.sandbox import DockerRuntime, SandboxManager
-from tests.docker_support import docker_for_tests
+from tests.docker_support import destroy_all_sandboxes, docker_for_tests
 
 _counter = itertools.count(1)
 
@@ -53,7 +53,7 @@ async def make_manager(runtime: DockerRuntime, edge_id: str) -> AsyncIterator[Ma
         await manager.close()
     if made:
         cleaner = SandboxManager(runtime, edge_id=edge_id, default_limits=LIMITS)
-        await cleaner.destroy_all_for_tests()
+        await destroy_all_sandboxes(cleaner)
         await cleaner.close()
 
 

@@ -8,10 +8,11 @@ from typing import Any
 
 import docker.errors
 import pytest
-from _sandbox_support import LIMITS, ManagerFactory, eventually
+from _sandbox_support import LIMITS, ManagerFactory
 
 from edge_agent.errors import CapacityExhausted
 from edge_agent.sandbox import DockerRuntime, SandboxManager
+from tests.support import eventually
 
 pytestmark = pytest.mark.docker
 

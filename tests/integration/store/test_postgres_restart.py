@@ -20,6 +20,7 @@ from control_plane.errors import ControlPlaneError
 from control_plane.store import Event, NewEvent
 from control_plane.store.postgres import PostgresStore
 from tests.pg_support import PrivateCluster, private_cluster
+from tests.support import eventually
 
 _BATCHES = 120
 _PER_BATCH = 5
@@ -49,10 +50,9 @@ async def _append_until_it_lands(
 
 
 async def _until(done: Callable[[], bool], heard: list[tuple[str | None, int]]) -> None:
-    deadline = time.monotonic() + _DEADLINE_S
-    while not done():
-        assert time.monotonic() < deadline, f"the feed did not recover: {heard[-5:]}"
-        await asyncio.sleep(0.05)
+    await eventually(
+        done, _DEADLINE_S, lambda: f"the feed to recover (last heard: {heard[-5:]})", interval_s=0.05
+    )
 
 
 async def test_a_restart_mid_appends_loses_and_doubles_nothing(cluster: PrivateCluster) -> None:

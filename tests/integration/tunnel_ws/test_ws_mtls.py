@@ -30,13 +30,13 @@ from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
 from tests.integration.edge_link import (
     api_client,
-    eventually,
     make_dialer,
     running_control_plane,
     running_link,
 )
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.tunnel_ws.test_ws_tunnel import _self_signed_edge_cert, connected_edges
+from tests.integration.tunnel_ws._ws_support import connected_edges, self_signed_edge_cert
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
@@ -185,7 +185,7 @@ async def test_the_client_certificate_authenticates_the_websocket(
     assert isinstance(refused, str) and refused.startswith("401") and "revoked" in refused
 
     # A certificate from a foreign CA fails the TLS handshake: no HTTP exchange happens at all.
-    foreign_key, foreign_cert = _self_signed_edge_cert(other)
+    foreign_key, foreign_cert = self_signed_edge_cert(other)
     foreign = presenting(cp, foreign_cert, foreign_key, tmp_path)
     with pytest.raises((ssl.SSLError, OSError, InvalidHandshake, EOFError)) as failed:
         await attempt(url, ssl_context=foreign, token=token(other))

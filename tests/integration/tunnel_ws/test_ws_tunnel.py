@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
@@ -26,13 +23,15 @@ from edge_agent.connection import LinkState, TransportError, TransportKind
 from edge_agent.connection.selection import CHOICE_FILE
 from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import register
-from edge_agent.identity import EDGE_URI_PREFIX, ENVIRONMENT_URI_PREFIX, Identity
+from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
 from tests.integration.edge_link import api_fixture as api_fixture
 from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import eventually, make_dialer, running_link
+from tests.integration.edge_link import make_dialer, running_link
 from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.integration.tunnel_ws._connect_proxy import ConnectProxy
+from tests.integration.tunnel_ws._ws_support import connected_edges, self_signed_edge_cert
+from tests.support import eventually
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 
@@ -51,13 +50,6 @@ async def identity(cp: ControlPlane, api: httpx.AsyncClient, environment: str, t
     return await register(
         cp.http_url, token["token"], tmp_path / "edge", name="ws-edge", ca_fingerprint=token["ca_fingerprint"]
     )
-
-
-async def connected_edges(api: httpx.AsyncClient) -> list[dict[str, Any]]:
-    r = await api.get("/v1/connected_edges")
-    assert r.status_code == 200, r.text
-    data: list[dict[str, Any]] = r.json()["data"]
-    return data
 
 
 # -- (1) the WebSocket transport carries the tunnel ---------------------------------------------------
@@ -130,36 +122,6 @@ async def test_grpc_transport_still_connects(
 
 
 # -- (2) bad proof-of-possession tokens are refused, the server keeps working ------------------------
-def _self_signed_edge_cert(identity: Identity) -> tuple[bytes, bytes]:
-    """A key and a certificate naming our edge, issued by a CA the control plane does not know."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "foreign")])
-    now = datetime.now(UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=1))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [
-                    x509.UniformResourceIdentifier(EDGE_URI_PREFIX + identity.edge_id),
-                    x509.UniformResourceIdentifier(ENVIRONMENT_URI_PREFIX + identity.environment_id),
-                ]
-            ),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return key_pem, cert.public_bytes(serialization.Encoding.PEM)
-
-
 async def _attempt(url: str, token: str | None) -> int:
     """Open the tunnel with ``token``; returns 101 on success, else the refusal's HTTP status
     (and checks the refusal says why)."""
@@ -202,7 +164,7 @@ async def test_bad_tokens_are_refused_and_the_server_keeps_working(
     other_key = ec.generate_private_key(ec.SECP256R1()).private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    foreign_key, foreign_cert = _self_signed_edge_cert(identity)
+    foreign_key, foreign_cert = self_signed_edge_cert(identity)
 
     assert "missing" in await _refusal(url, None)
     assert "bad_signature" in await _refusal(url, token(key_pem=other_key))

@@ -23,7 +23,8 @@ from control_plane.outbound import OutboundGuard
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
-from tests.integration.api._support import utcnow, wait_for
+from tests.integration.api._support import utcnow
+from tests.support import eventually
 from tests.unit.vault._vault_support import TokenEndpoint, token_endpoint
 
 
@@ -101,7 +102,7 @@ async def running_vault_api(
             bodies.append(await response.aread())
 
         try:
-            await wait_for(lambda: server.started or task.done())
+            await eventually(lambda: server.started or task.done())
             if task.done():
                 task.result()
             url = f"http://127.0.0.1:{port}"

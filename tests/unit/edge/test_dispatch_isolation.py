@@ -12,6 +12,7 @@ from edge_agent.journal import ResultJournal
 from edge_agent.policy import Policy
 from outpost_wire.frames import Execute, Request
 from outpost_wire.results import ToolResult
+from tests.support import eventually
 
 
 class SlowManager:
@@ -43,8 +44,7 @@ async def test_the_same_key_in_two_sessions_runs_twice_and_each_gets_its_own(tmp
         a = asyncio.create_task(dispatcher.handle(call("sesn_a", "req_1")))
         a_again = asyncio.create_task(dispatcher.handle(call("sesn_a", "req_2")))  # joins a
         b = asyncio.create_task(dispatcher.handle(call("sesn_b", "req_3")))  # does not
-        while len(manager.calls) < 2:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(manager.calls) == 2, what="sesn_a's and sesn_b's calls to start")
         manager.release.set()
         assert [text(await t) for t in (a, a_again, b)] == [
             "result of sesn_a",

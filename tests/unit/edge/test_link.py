@@ -10,32 +10,11 @@ from edge_agent.config import ConnectionConfig
 from edge_agent.connection import Link, LinkState, TransportError
 from outpost_wire.errors import ErrorCode
 from outpost_wire.events import HelloReceived, ResultReceived
-from outpost_wire.frames import PROTOCOL_VERSION, Execute, Hello, Outcome, Request, Welcome
+from outpost_wire.frames import PROTOCOL_VERSION, Execute, Outcome, Request, Welcome
 from outpost_wire.results import ToolResult
 from outpost_wire.session import Role, SessionConfig, TunnelSession
-
-
-class Pipe:
-    """One connection: frames from the edge go to ``to_control``; ``to_edge`` feeds the edge."""
-
-    def __init__(self) -> None:
-        self.to_control: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.to_edge: asyncio.Queue[bytes | None] = asyncio.Queue()
-        self.closed = False
-
-    async def send(self, data: bytes) -> None:
-        if self.closed:
-            raise TransportError("closed")
-        await self.to_control.put(data)
-
-    async def receive(self) -> bytes | None:
-        return await self.to_edge.get()  # None is the close sentinel, after what was sent
-
-    async def close(self) -> None:
-        if not self.closed:
-            self.closed = True
-            await self.to_edge.put(None)
-            await self.to_control.put(None)
+from tests.support import eventually
+from tests.unit.edge._link_support import CONFIG, Pipe, SlowHandler, hello
 
 
 class FakeControl:
@@ -72,37 +51,8 @@ class FakeControl:
                 return
 
 
-class SlowHandler:
-    def __init__(self) -> None:
-        self.release = asyncio.Event()
-        self.calls = 0
-
-    async def handle(self, request: Request) -> Outcome:
-        self.calls += 1
-        await self.release.wait()
-        return ToolResult.text(f"done {request.request_id}")
-
-    def cancel(self, request_id: str) -> bool:
-        return False
-
-
-def _hello() -> Hello:
-    return Hello("edge_1", "test", PROTOCOL_VERSION, (), "sha256:x", 4, 0)
-
-
 def _request(n: int) -> Request:
     return Request(f"r{n}", "s1", f"k{n}", 0, Execute("bash", '{"command": "true"}'))
-
-
-CONFIG = ConnectionConfig(
-    backoff_initial_s=0.01, backoff_max_s=0.02, heartbeat_interval_s=5, heartbeat_timeout_s=10
-)
-
-
-async def _wait(pred, timeout: float = 5.0) -> None:  # type: ignore[no-untyped-def]
-    async with asyncio.timeout(timeout):
-        while not pred():
-            await asyncio.sleep(0.005)
 
 
 async def test_result_finished_while_disconnected_is_redelivered_after_reconnect() -> None:
@@ -124,19 +74,19 @@ async def test_result_finished_while_disconnected_is_redelivered_after_reconnect
 
     link = Link(
         connect=connect,
-        hello=_hello,
+        hello=hello,
         handler=handler,
         config=CONFIG,
         session_config=SessionConfig(),
         rng=random.Random(1),
     )
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: handler.calls == 1)  # the request arrived, then the link dropped
-    await _wait(lambda: len(pipes) >= 2 and link.connected.is_set())
+    await eventually(lambda: handler.calls == 1)  # the request arrived, then the link dropped
+    await eventually(lambda: len(pipes) >= 2 and link.connected.is_set())
     handler.release.set()  # the call finishes while (or after) the link was down
-    await _wait(lambda: "r1" in control.results)
+    await eventually(lambda: "r1" in control.results)
     assert control.results["r1"] == ToolResult.text("done r1")
-    await _wait(lambda: not link.session.unacked_results())
+    await eventually(lambda: not link.session.unacked_results())
     await link.drain(1.0)
     assert link.state is LinkState.STOPPED
     runner.cancel()
@@ -154,9 +104,9 @@ async def test_drain_waits_for_in_flight_calls() -> None:
         servers.append(asyncio.create_task(control.serve(pipe, [_request(7)])))
         return pipe
 
-    link = Link(connect=connect, hello=_hello, handler=handler, config=CONFIG, session_config=SessionConfig())
+    link = Link(connect=connect, hello=hello, handler=handler, config=CONFIG, session_config=SessionConfig())
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: handler.calls == 1)
+    await eventually(lambda: handler.calls == 1)
     drain = asyncio.create_task(link.drain(5.0))
     await asyncio.sleep(0.05)
     assert not drain.done()  # still waiting for the call
@@ -175,10 +125,10 @@ async def test_connect_failures_back_off_and_retry() -> None:
         raise TransportError("refused", unauthenticated=attempts == 2)
 
     link = Link(
-        connect=connect, hello=_hello, handler=SlowHandler(), config=CONFIG, session_config=SessionConfig()
+        connect=connect, hello=hello, handler=SlowHandler(), config=CONFIG, session_config=SessionConfig()
     )
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: attempts >= 4)
+    await eventually(lambda: attempts >= 4)
     assert link.last_error == "refused"
     await link.drain(0)
     runner.cancel()
@@ -249,7 +199,7 @@ def _draining_link(
 
     link = Link(
         connect=connect,
-        hello=_hello,
+        hello=hello,
         handler=SlowHandler(),
         config=config,
         session_config=SessionConfig(),
@@ -263,7 +213,7 @@ async def test_turned_away_by_a_draining_control_plane_the_link_moves_on_at_once
     moves = [True]
     link, pipes, servers = _draining_link([DrainingControl(turn_away=True), healthy], SLOW_BACKOFF, moves)
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: len(pipes) == 2 and link.connected.is_set(), timeout=1.0)  # backoff would be ≥ 0
+    await eventually(lambda: len(pipes) == 2 and link.connected.is_set(), 1.0)  # backoff would be ≥ 0
     assert moves == []  # the dialer was asked to move on, once
     assert link._backoff.attempt == 0 and link.last_error is None  # not a failure
     assert link.connections == 2
@@ -297,13 +247,13 @@ async def test_a_drained_link_leaves_only_once_its_call_in_flight_answered_and_w
     handler = link._handler
     assert isinstance(handler, SlowHandler)
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: handler.calls == 1 and link._peer_draining)
+    await eventually(lambda: handler.calls == 1 and link._peer_draining)
     await asyncio.sleep(0.1)
     assert len(pipes) == 1 and not pipes[0].closed  # the call is still owed to this control plane
     handler.release.set()
-    await _wait(lambda: "r3" in busy.results)
+    await eventually(lambda: "r3" in busy.results)
     await asyncio.wait_for(busy.ended.wait(), 1.0)  # then the edge left, at once ...
-    await _wait(lambda: len(pipes) == 2 and link.connected.is_set(), timeout=1.0)  # ... for the next
+    await eventually(lambda: len(pipes) == 2 and link.connected.is_set(), 1.0)  # ... for the next
     assert busy.results["r3"] == ToolResult.text("done r3")
     assert link._backoff.attempt == 0 and not link.session.unacked_results()
     await link.drain(0)

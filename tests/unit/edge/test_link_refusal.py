@@ -13,12 +13,13 @@ from outpost_wire.errors import ErrorCode
 from outpost_wire.events import HelloReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Welcome
 from outpost_wire.session import Role, SessionConfig, TunnelSession
-from tests.unit.edge.test_link import CONFIG, Pipe, SlowHandler, _hello, _wait
+from tests.support import eventually
+from tests.unit.edge._link_support import CONFIG, Pipe, SlowHandler, hello
 
 
 def _link(connect) -> Link:  # type: ignore[no-untyped-def]
     return Link(
-        connect=connect, hello=_hello, handler=SlowHandler(), config=CONFIG, session_config=SessionConfig()
+        connect=connect, hello=hello, handler=SlowHandler(), config=CONFIG, session_config=SessionConfig()
     )
 
 
@@ -66,7 +67,7 @@ async def test_a_refusal_that_may_pass_is_retried() -> None:
 
     link = _link(connect)
     runner = asyncio.create_task(link.run())
-    await _wait(lambda: attempts >= 3)
+    await eventually(lambda: attempts >= 3)
     assert link.refusal is None and link.state is not LinkState.REFUSED
     await link.drain(0)
     await asyncio.wait_for(runner, 5)
@@ -116,7 +117,7 @@ async def test_a_live_tunnel_cut_for_revocation_is_final_and_other_cuts_are_not(
             1,
         )
     else:
-        await _wait(lambda: link.connections >= 2)  # it came back
+        await eventually(lambda: link.connections >= 2)  # it came back
         assert link.refusal is None
         await link.drain(0)
         await asyncio.wait_for(runner, 5)

@@ -8,6 +8,7 @@ import edge_agent.mcp as mcp_package
 def test_exports() -> None:
     assert sorted(mcp_package.__all__) == [
         "ContentBlock",
+        "DocumentBlock",
         "HttpTransportConfig",
         "ImageBlock",
         "McpCallResult",

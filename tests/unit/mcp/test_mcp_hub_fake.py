@@ -29,6 +29,7 @@ from edge_agent.mcp import (
 )
 from edge_agent.mcp.connection import IllegalTransition, ServerConnection, ServerState, Session
 from edge_agent.mcp.models import ToolOutput
+from tests.support import eventually
 
 TOOLS = (
     McpTool("echo", "Echo.", {"type": "object"}),
@@ -115,13 +116,6 @@ def _policy(**servers: Any) -> McpPolicy:
     return McpPolicy.model_validate({"servers": servers})
 
 
-async def _until(predicate: Callable[[], bool], timeout_s: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.005)
-
-
 def _status(hub: McpHub, name: str) -> ServerStatus | None:
     entry = hub.catalog().server(name)
     return None if entry is None else entry.status
@@ -140,7 +134,7 @@ async def test_one_failing_server_does_not_stop_the_others() -> None:
         assert (await hub.call("good", "echo", {"text": "hi"})).content == (TextBlock("hi#1"),)
         with pytest.raises(McpConnectionFailed, match=r"MCP server 'bad' is down \(refused"):
             await hub.call("bad", "echo", {})
-        await _until(lambda: backends["bad"].opened >= 3)  # retried in the background
+        await eventually(lambda: backends["bad"].opened >= 3)  # retried in the background
 
 
 async def test_a_server_that_comes_up_later_fires_on_change() -> None:
@@ -149,7 +143,7 @@ async def test_a_server_that_comes_up_later_fires_on_change() -> None:
     hub = McpHub([_config("late")], _policy(late={}), opener=_opener(backends), on_change=changes.append)
     async with hub:
         assert _status(hub, "late") is ServerStatus.DOWN
-        await _until(lambda: bool(changes))
+        await eventually(lambda: bool(changes))
         assert changes[-1].server("late").status is ServerStatus.UP  # type: ignore[union-attr]
         assert changes[-1].digest == hub.catalog().digest
         assert (await hub.call("late", "echo", {"text": "x"})).content == (TextBlock("x#3"),)
@@ -162,7 +156,7 @@ async def test_startup_timeout_marks_the_server_down() -> None:
         entry = hub.catalog().server("slow")
         assert entry is not None and entry.status is ServerStatus.DOWN
         assert entry.last_error == "did not start within 0.1s (startup_timeout_s)"
-        await _until(lambda: _status(hub, "slow") is ServerStatus.UP)
+        await eventually(lambda: _status(hub, "slow") is ServerStatus.UP)
 
 
 async def test_a_hung_call_fails_and_restarts_the_server() -> None:
@@ -171,7 +165,7 @@ async def test_a_hung_call_fails_and_restarts_the_server() -> None:
         with pytest.raises(McpConnectionFailed, match=r"'hang' did not answer within 0.05s; restarting it"):
             await hub.call("s", "hang", {}, timeout_s=0.05)
         assert _status(hub, "s") is ServerStatus.DOWN  # at once, before the supervisor acts
-        await _until(lambda: _status(hub, "s") is ServerStatus.UP)
+        await eventually(lambda: _status(hub, "s") is ServerStatus.UP)
         assert (await hub.call("s", "echo", {"text": "again"})).content == (TextBlock("again#2"),)
 
 
@@ -181,7 +175,7 @@ async def test_a_lost_connection_restarts_and_calls_wait_for_a_connect_in_progre
         with pytest.raises(McpConnectionFailed, match="lost during the call"):
             await hub.call("s", "lose", {})
         connection = hub._connections["s"]
-        await _until(lambda: connection.state is ServerState.CONNECTING)
+        await eventually(lambda: connection.state is ServerState.CONNECTING)
         result = await hub.call("s", "echo", {"text": "waited"})  # waits for the connect
         assert result.content == (TextBlock("waited#2"),)
         assert result.latency_ms > 0
@@ -234,7 +228,7 @@ async def test_close_while_connecting() -> None:
     backends = {"s": FakeBackend("hang")}
     hub = McpHub([_config("s", startup_timeout_s=30)], _policy(s={}), opener=_opener(backends))
     start = asyncio.create_task(hub.start())
-    await _until(lambda: backends["s"].opened == 1)
+    await eventually(lambda: backends["s"].opened == 1)
     await hub.close()
     await asyncio.wait_for(start, 5)
     assert hub._connections["s"].state is ServerState.CLOSED
@@ -269,10 +263,10 @@ async def test_the_tool_list_is_refreshed_while_up() -> None:
         [config], _policy(s={}), opener=_opener({"s": backend}), on_change=changes.append
     ) as hub:
         backend.tools = (*TOOLS, McpTool("added", "New.", {"type": "object"}))
-        await _until(lambda: bool(changes))
+        await eventually(lambda: bool(changes))
         assert "added" in [t.name for t in changes[-1].servers[0].tools]
         backend.list_fails = True  # a failed refresh restarts the connection
-        await _until(lambda: backend.opened >= 2)
+        await eventually(lambda: backend.opened >= 2)
         assert hub.catalog().servers[0].last_error == "listing the tools failed: boom"
 
 

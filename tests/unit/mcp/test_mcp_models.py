@@ -57,7 +57,7 @@ def test_to_dict_shapes() -> None:
     assert catalog.server("a") is catalog.servers[0]
     assert catalog.server("zzz") is None
     result = McpCallResult(
-        content=(TextBlock("hi"), ImageBlock("image/png", "AAAA")), is_error=False, latency_ms=1
+        content=(TextBlock("hi"), ImageBlock("image/png", b"\0\0\0")), is_error=False, latency_ms=1
     )
     assert result.content_dicts() == [
         {"type": "text", "text": "hi"},

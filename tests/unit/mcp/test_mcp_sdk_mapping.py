@@ -1,4 +1,4 @@
-"""The SDK seam: MCP content -> Anthropic-style blocks, failure descriptions, secret scrubbing."""
+"""The SDK seam: failure descriptions, secret scrubbing (content: tests/unit/wire/test_mcp_content.py)."""
 
 from __future__ import annotations
 
@@ -11,69 +11,11 @@ import pytest
 from mcp.shared.exceptions import MCPError
 
 from edge_agent.errors import ConfigError
-from edge_agent.mcp import ImageBlock, McpServerConfig, TextBlock
-from edge_agent.mcp._sdk import _content, _EndWatchingStream, _HttpRefused, describe_failure, scrub
+from edge_agent.mcp import McpServerConfig
+from edge_agent.mcp._sdk import _EndWatchingStream, _HttpRefused, describe_failure, scrub
 
 HTTP = McpServerConfig.model_validate({"name": "wiki", "http": {"url": "http://10.0.0.7:8080/mcp?k=v"}})
 STDIO = McpServerConfig.model_validate({"name": "local", "stdio": {"command": "/opt/missing"}})
-
-
-def _result(content: list[Any], structured: Any = None, is_error: bool = False) -> mcp_types.CallToolResult:
-    return mcp_types.CallToolResult(content=content, structured_content=structured, is_error=is_error)
-
-
-def test_text_and_supported_images_map_directly() -> None:
-    blocks = _content(
-        _result(
-            [
-                mcp_types.TextContent(text="hello"),
-                mcp_types.ImageContent(data="iVBORw0", mime_type="image/png"),
-                mcp_types.ImageContent(data="AAAA", mime_type="image/tiff"),
-                mcp_types.AudioContent(data="AAAA", mime_type="audio/wav"),
-            ]
-        )
-    )
-    assert blocks == (
-        TextBlock("hello"),
-        ImageBlock("image/png", "iVBORw0"),
-        TextBlock("[image omitted: media type image/tiff is not supported]"),
-        TextBlock("[audio omitted: audio/wav]"),
-    )
-
-
-def test_resources() -> None:
-    blocks = _content(
-        _result(
-            [
-                mcp_types.EmbeddedResource(
-                    resource=mcp_types.TextResourceContents(uri="file:///a.txt", text="contents")
-                ),
-                mcp_types.EmbeddedResource(
-                    resource=mcp_types.BlobResourceContents(
-                        uri="file:///a.png", blob="iVBO", mime_type="image/png"
-                    )
-                ),
-                mcp_types.EmbeddedResource(
-                    resource=mcp_types.BlobResourceContents(
-                        uri="file:///a.bin", blob="AAAAAAAA", mime_type="application/zip"
-                    )
-                ),
-                mcp_types.ResourceLink(name="doc", uri="https://x/doc", description="the doc"),
-            ]
-        )
-    )
-    assert blocks == (
-        TextBlock("[resource file:///a.txt]\ncontents"),
-        ImageBlock("image/png", "iVBO"),
-        TextBlock("[binary resource file:///a.bin omitted: application/zip, ~6 bytes]"),
-        TextBlock("[resource link doc <https://x/doc>: the doc]"),
-    )
-
-
-def test_structured_content_becomes_json_text_only_when_no_text_mirrors_it() -> None:
-    assert _content(_result([], structured={"n": 1, "name": "é"})) == (TextBlock('{"n": 1, "name": "é"}'),)
-    assert _content(_result([mcp_types.TextContent(text="1")], structured={"result": 1})) == (TextBlock("1"),)
-    assert _content(_result([])) == ()
 
 
 def test_refused_credentials_are_described_without_the_token() -> None:

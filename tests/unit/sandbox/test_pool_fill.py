@@ -14,6 +14,7 @@ from edge_agent.sandbox.channel import DaemonChannel
 from edge_agent.sandbox.pool import WarmPool
 from edge_agent.sandbox.runtime import DockerRuntime
 from edge_agent.sandbox.spec import SandboxLimits, SandboxSpec
+from tests.support import eventually
 
 LIMITS = SandboxLimits(image="outpost-sandbox:1", cpus=1.0, memory_bytes=512 << 20, pids=128)
 
@@ -81,22 +82,16 @@ def make_pool(runtime: FakeRuntime, size: int, room: list[int]) -> WarmPool:
     return pool
 
 
-async def until(predicate: Any) -> None:
-    async with asyncio.timeout(5):
-        while not predicate():
-            await asyncio.sleep(0)
-
-
 async def test_fills_to_its_size_within_the_room_it_is_given() -> None:
     runtime = FakeRuntime()
     room = [2]
     pool = make_pool(runtime, 3, room)
     pool.start(LIMITS)
-    await until(lambda: pool.ready == 2)
+    await eventually(lambda: pool.ready == 2)
     assert set(runtime.containers.values()) == {"paused"} and len(runtime.volumes) == 2
     room[0] = 5
     pool.wake()
-    await until(lambda: pool.ready == 3)
+    await eventually(lambda: pool.ready == 3)
     await pool.close()
     assert not runtime.containers and not runtime.volumes
 
@@ -105,12 +100,12 @@ async def test_a_member_is_handed_over_once_and_the_pool_refills() -> None:
     runtime = FakeRuntime()
     pool = make_pool(runtime, 1, [10])
     pool.start(LIMITS)
-    await until(lambda: pool.ready == 1)
+    await eventually(lambda: pool.ready == 1)
     assert pool.take(replace(LIMITS, cpus=2.0)) is None  # another spec: no claim
     member = pool.take(LIMITS)
     assert member is not None and pool.take(LIMITS) is None
     pool.wake()
-    await until(lambda: pool.ready == 1)
+    await eventually(lambda: pool.ready == 1)
     again = pool.take(LIMITS)
     assert again is not None and again.container_id != member.container_id
     await pool.close()
@@ -121,12 +116,12 @@ async def test_retarget_replaces_members_and_evict_frees_a_slot() -> None:
     runtime = FakeRuntime()
     pool = make_pool(runtime, 1, [10])
     pool.start(LIMITS)
-    await until(lambda: pool.ready == 1)
+    await eventually(lambda: pool.ready == 1)
     [old] = list(runtime.containers)
     other = replace(LIMITS, cpus=0.5)
     pool.retarget(other)
     assert pool.matches(other) and not pool.matches(LIMITS)
-    await until(lambda: pool.ready == 1 and old not in runtime.containers)
+    await eventually(lambda: pool.ready == 1 and old not in runtime.containers)
     assert await pool.evict() and pool.ready == 0 and not await pool.evict()
     await pool.close()
     assert not runtime.containers and not runtime.volumes

@@ -7,6 +7,7 @@ import edge_agent.sandbox as sandbox
 
 def test_exports() -> None:
     assert sorted(sandbox.__all__) == [
+        "ContainerRuntime",
         "DaemonChannel",
         "DockerRuntime",
         "ReconcileReport",

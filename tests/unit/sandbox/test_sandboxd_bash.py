@@ -14,6 +14,7 @@ from _sandboxd_local import LocalDaemon
 
 from edge_agent.sandbox import sandboxd
 from edge_agent.sandbox.channel import daemon_source
+from tests.support import eventually_sync
 
 
 @pytest.fixture
@@ -170,11 +171,12 @@ def test_eof_stops_daemon_and_its_shell(tmp_path: Path) -> None:
     text, _ = d.call("bash", {"command": "echo $$"})
     shell_pid = int(text)
     assert d.close() == 0
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
+
+    def shell_gone() -> bool:
         try:
             os.kill(shell_pid, 0)
         except ProcessLookupError:
-            return
-        time.sleep(0.02)
-    pytest.fail("the shell outlived its daemon")
+            return True
+        return False
+
+    eventually_sync(shell_gone, 5, "the shell to exit with its daemon")

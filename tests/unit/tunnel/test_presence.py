@@ -10,6 +10,7 @@ import pytest
 
 from control_plane.store.memory import MemoryStore
 from control_plane.tunnel.presence import EdgePresence
+from tests.support import eventually
 
 
 class Conn:
@@ -45,11 +46,10 @@ T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
 
 async def eventually_holder(store: MemoryStore, edge_id: str, expected: str | None, at: datetime) -> None:
-    for _ in range(200):
-        if await store.edge_holder(edge_id, at) == expected:
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError(f"{edge_id}: holder is not {expected!r}")
+    async def holds() -> bool:
+        return await store.edge_holder(edge_id, at) == expected
+
+    await eventually(holds, what=f"{edge_id}'s holder to be {expected!r}", interval_s=0.005)
 
 
 async def test_connects_and_disconnects_are_recorded_at_once_and_close_releases() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from control_plane.vault.params import CredentialCreate
+from tests.support import eventually
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -33,14 +34,6 @@ class Clock:
 
     def advance(self, seconds: float) -> None:
         self.now += timedelta(seconds=seconds)
-
-
-async def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            raise TimeoutError("condition not met in time")
-        await asyncio.sleep(0.005)
 
 
 @dataclass
@@ -97,7 +90,7 @@ async def token_endpoint() -> AsyncIterator[TokenEndpoint]:
     )
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
-        await wait_for(lambda: server.started or task.done())
+        await eventually(lambda: server.started or task.done())
         if task.done():
             task.result()
         endpoint.url = f"http://127.0.0.1:{port}/token"

@@ -19,13 +19,13 @@ from control_plane.vault import FileKek, Keyring, OAuthRefresher, RefreshFailed,
 from control_plane.vault.oauth import scrub
 from control_plane.vault.params import VaultCreate
 from control_plane.vault.service import CREDENTIAL_KIND
+from tests.support import eventually
 from tests.unit.vault._vault_support import (
     Clock,
     TokenEndpoint,
     mcp_oauth,
     static_bearer,
     token_endpoint,
-    wait_for,
 )
 
 SECRETS = ("at-old", "rt-old", "cs-secret")
@@ -80,7 +80,7 @@ async def test_single_flight_in_one_process(setup: Setup, caplog: pytest.LogCapt
     refresher = setup.refresher()
     setup.endpoint.gate.clear()  # hold the token request until every caller is waiting
     tasks = [asyncio.create_task(refresher.get_token(cid)) for _ in range(20)]
-    await wait_for(lambda: len(setup.endpoint.requests) == 1)
+    await eventually(lambda: len(setup.endpoint.requests) == 1)
     for _ in range(10):
         await asyncio.sleep(0)
     setup.endpoint.gate.set()
@@ -118,7 +118,7 @@ async def test_single_flight_across_processes(setup: Setup) -> None:
     one.claim_poll_s = two.claim_poll_s = 0.005
     setup.endpoint.gate.clear()
     tasks = [asyncio.create_task(r.get_token(cid)) for r in (one, two) for _ in range(5)]
-    await wait_for(lambda: len(setup.endpoint.requests) == 1)
+    await eventually(lambda: len(setup.endpoint.requests) == 1)
     res = await setup.store.get_resource(CREDENTIAL_KIND, cid)
     assert res.body["refresh_claim"]["holder"] in ("p1", "p2")
     setup.endpoint.gate.set()
