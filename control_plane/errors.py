@@ -13,7 +13,10 @@
         ├── TokenRejected         enrollment token unknown / revoked / used / expired (.reason)
         ├── ListenFailed          a listening address could not be bound (.address, in use?)
         ├── InvalidRequest        bad input from a client (.param)
-        │   └── EnvironmentArchived   a new session in an archived environment (environment_archived)
+        │   └── EnvironmentArchived   an archived environment asked to take a session or a change
+        │                             (error_code environment_archived)
+        ├── PermissionDenied      the caller's key may not do this (e.g. a key limited to
+        │                         environments making one)
         ├── NotConfigured         the request needs a part this control plane runs without (the vault)
         ├── OutboundRefused       (control_plane.outbound) a user-named URL resolves to an address
         │                         the outbound rules refuse; nothing was dialled (.rule)
@@ -41,6 +44,7 @@ __all__ = [
     "ListenFailed",
     "NotConfigured",
     "NotFound",
+    "PermissionDenied",
     "SequenceConflict",
     "TokenRejected",
     "VersionConflict",
@@ -117,11 +121,18 @@ class InvalidRequest(ControlPlaneError):
 
 
 class EnvironmentArchived(InvalidRequest):
+    """``refused``: what it cannot do, said after "is archived" (e.g. "and cannot be updated")."""
+
     error_code = "environment_archived"
 
-    def __init__(self, environment_id: str) -> None:
-        super().__init__(f"environment {environment_id!r} is archived", param="environment_id")
+    def __init__(self, environment_id: str, refused: str = "") -> None:
+        message = f"environment {environment_id!r} is archived"
+        super().__init__(f"{message} {refused}" if refused else message, param="environment_id")
         self.environment_id = environment_id
+
+
+class PermissionDenied(ControlPlaneError):
+    """The caller's key may not do what it asked, whatever it names (the API answers 403)."""
 
 
 class NotConfigured(ControlPlaneError):

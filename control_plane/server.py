@@ -36,6 +36,7 @@ from control_plane.edge_counts import count_edges
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
 from control_plane.enroll.nonces import SharedNonces
+from control_plane.environments.networking import egress_of
 from control_plane.errors import ListenFailed, NotFound
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.http_limits import http_protocol
@@ -45,7 +46,6 @@ from control_plane.metering import ControlPlaneMetrics, MeteredGateway, MeteredM
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
 from control_plane.retention import Pruner
-from control_plane.sessions.networking import egress_of
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store

@@ -1,178 +1,115 @@
-"""``/v1/agents``: versioned agent configurations.
+"""``/v1/agents``: versioned agent configurations — HTTP only.
 
-Every change to an agent makes a new version (the store keeps the old ones, readable with
-``?version=`` and listed by ``/versions``). An update carrying ``version`` only applies if that is
-still the current version (else 409 ``conflict_error``); without one it applies to whatever is
-current. Arrays are replaced whole, ``metadata`` is patched, and an update that changes nothing
-makes no new version.
+Each route translates the request into a typed command (:mod:`control_plane.agents.commands`),
+calls one method of :class:`~control_plane.agents.service.AgentService` (which holds the rules:
+versions, the ``version`` precondition of an update, resolution of the configuration) and shows the
+result as the SDK's ``BetaManagedAgentsAgent`` (:func:`~control_plane.api.resources_json.agent_json`).
+An update's optional fields are sent or not (``model_fields_set``): not sent is :data:`KEEP`.
+Any key may read agents; changing them needs an unscoped key (the router's dependency, in ``app.py``).
 """
 
 from __future__ import annotations
 
-import secrets
-from collections.abc import Callable
-from datetime import datetime
 from typing import Any
 
 from fastapi import APIRouter, Query, Request
 
-from control_plane.api.errors import ApiError
-from control_plane.api.models import (
-    MAX_INT,
-    AgentCreate,
-    AgentUpdate,
-    apply_metadata_patch,
-    check_metadata,
-)
+from control_plane.agents.commands import AgentQuery, CreateAgent, UpdateAgent
+from control_plane.agents.service import AgentService
+from control_plane.api.models import MAX_INT, AgentCreate, AgentUpdate
 from control_plane.api.query import check_limit, time_bounds
 from control_plane.api.resources_json import agent_json
 from control_plane.api.wire import page_body
-from control_plane.errors import InvalidRequest, VersionConflict
-from control_plane.outbound import OutboundGuard
-from control_plane.sessions.agent_config import (
-    resolve_execution_identity,
-    resolve_mcp_servers,
-    resolve_model,
-    resolve_skills,
-    resolve_tools,
-    stored_tool_params,  # re-exported
-)
-from control_plane.store.base import Resources
+from control_plane.patch import KEEP
+from control_plane.store.base import Page
 
-__all__ = ["agents_router", "new_agent_id", "stored_tool_params"]
+__all__ = ["agents_router"]
 
 MAX_PAGE = 100
-_UPDATE_ATTEMPTS = 5
 
 
-def new_agent_id() -> str:
-    return "agent_" + secrets.token_hex(12)
-
-
-def _refuse_multiagent(value: object) -> None:
-    if value is not None:
-        raise InvalidRequest(
-            "multiagent: multiagent orchestration is not supported by Outpost yet", param="multiagent"
-        )
-
-
-def _updated_body(current: dict[str, Any], body: AgentUpdate, outbound: OutboundGuard) -> dict[str, Any]:
-    """The new agent body: ``current`` with the fields ``body`` sets."""
-    sent = body.model_fields_set
-    new = dict(current)
-    if "name" in sent:
-        if body.name is None:
-            raise InvalidRequest("name cannot be cleared", param="name")
-        new["name"] = body.name
-    if "model" in sent:
-        if body.model is None:
-            raise InvalidRequest("model cannot be cleared", param="model")
-        model = resolve_model(body.model)
-        effort_sent = not isinstance(body.model, str) and "effort" in body.model.model_fields_set
-        if model["effort"] is None and not effort_sent:
-            model["effort"] = current.get("model", {}).get("effort")  # omitted effort is preserved
-        new["model"] = model
-    if "description" in sent:
-        new["description"] = body.description or None
-    if "system" in sent:
-        new["system"] = body.system or None
-    servers = (
-        resolve_mcp_servers(body.mcp_servers or [], outbound)
-        if "mcp_servers" in sent
-        else current.get("mcp_servers", [])
+def _create_command(body: AgentCreate) -> CreateAgent:
+    return CreateAgent(
+        name=body.name,
+        model=body.model,
+        description=body.description,
+        system=body.system,
+        tools=body.tools,
+        mcp_servers=body.mcp_servers,
+        skills=body.skills,
+        metadata=body.metadata,
+        execution_identity=body.execution_identity,
+        multiagent=body.multiagent,
     )
-    tools = (body.tools or []) if "tools" in sent else stored_tool_params(current.get("tools"))
-    new["mcp_servers"] = servers
-    new["tools"] = resolve_tools(tools, servers)
-    if "skills" in sent:
-        new["skills"] = resolve_skills(body.skills or [])
-    if "metadata" in sent:
-        new["metadata"] = apply_metadata_patch(current.get("metadata", {}), body.metadata)
-    if "execution_identity" in sent:
-        new["execution_identity"] = resolve_execution_identity(body.execution_identity)
-    if "multiagent" in sent:
-        _refuse_multiagent(body.multiagent)
-        new["multiagent"] = None
-    return new
 
 
-def agents_router(
-    store: Resources, clock: Callable[[], datetime], outbound: OutboundGuard | None = None
-) -> APIRouter:
-    """``outbound``: the check of direct MCP server URLs (default: no private networks)."""
-    router = APIRouter()
-    guard = outbound or OutboundGuard()
+def _update_command(body: AgentUpdate) -> UpdateAgent:
+    """Every field sent (``null`` included) is given; the others are :data:`KEEP`."""
+    sent = body.model_fields_set
+    return UpdateAgent(
+        version=body.version,
+        name=body.name if "name" in sent else KEEP,
+        model=body.model if "model" in sent else KEEP,
+        description=body.description if "description" in sent else KEEP,
+        system=body.system if "system" in sent else KEEP,
+        tools=body.tools if "tools" in sent else KEEP,
+        mcp_servers=body.mcp_servers if "mcp_servers" in sent else KEEP,
+        skills=body.skills if "skills" in sent else KEEP,
+        metadata=body.metadata if "metadata" in sent else KEEP,
+        execution_identity=body.execution_identity if "execution_identity" in sent else KEEP,
+        multiagent=body.multiagent if "multiagent" in sent else KEEP,
+    )
 
-    @router.post("/v1/agents")
-    async def create(body: AgentCreate) -> dict[str, Any]:
-        _refuse_multiagent(body.multiagent)
-        servers = resolve_mcp_servers(body.mcp_servers, guard)
-        stored = {
-            "name": body.name,
-            "description": body.description or None,
-            "model": resolve_model(body.model),
-            "system": body.system or None,
-            "tools": resolve_tools(body.tools, servers),
-            "mcp_servers": servers,
-            "skills": resolve_skills(body.skills),
-            "metadata": check_metadata(body.metadata),
-            "execution_identity": resolve_execution_identity(body.execution_identity),
-            "multiagent": None,
-        }
-        return agent_json(await store.create_resource("agent", new_agent_id(), stored, clock()))
 
-    @router.get("/v1/agents/{agent_id}")
-    async def retrieve(agent_id: str, version: int | None = Query(None, ge=1, le=MAX_INT)) -> dict[str, Any]:
-        return agent_json(await store.get_resource("agent", agent_id, version))
+def _page_json(page: Page) -> dict[str, Any]:
+    return page_body([agent_json(r) for r in page.items], page.next_cursor)
 
-    @router.post("/v1/agents/{agent_id}")
-    async def update(agent_id: str, body: AgentUpdate) -> dict[str, Any]:
-        for _ in range(_UPDATE_ATTEMPTS):
-            current = await store.get_resource("agent", agent_id)
-            if current.archived_at is not None:
-                raise InvalidRequest(
-                    f"agent {agent_id!r} is archived and cannot be updated", param="agent_id"
-                )
-            if body.version is not None and body.version != current.version:
-                raise VersionConflict("agent", agent_id, body.version, current.version)
-            new = _updated_body(current.body, body, guard)
-            if new == current.body:
-                return agent_json(current)
-            try:
-                res = await store.update_resource(
-                    "agent", agent_id, new, clock(), expected_version=current.version, keep_history=True
-                )
-            except VersionConflict:
-                if body.version is not None:
-                    raise
-                continue  # someone else updated it meanwhile: apply ours on top of theirs
-            return agent_json(res)
-        raise ApiError(409, f"agent {agent_id!r} kept changing during the update; retry")
 
-    @router.get("/v1/agents")
+class _AgentRoutes:
+    """The routes, one service call each."""
+
+    def __init__(self, service: AgentService) -> None:
+        self._service = service
+
+    async def create(self, body: AgentCreate) -> dict[str, Any]:
+        return agent_json(await self._service.create(_create_command(body)))
+
+    async def retrieve(
+        self, agent_id: str, version: int | None = Query(None, ge=1, le=MAX_INT)
+    ) -> dict[str, Any]:
+        return agent_json(await self._service.get(agent_id, version))
+
+    async def update(self, agent_id: str, body: AgentUpdate) -> dict[str, Any]:
+        return agent_json(await self._service.update(agent_id, _update_command(body)))
+
     async def list_(
-        request: Request, limit: int = 20, page: str | None = None, include_archived: bool = False
+        self, request: Request, limit: int = 20, page: str | None = None, include_archived: bool = False
     ) -> dict[str, Any]:
         bounds = time_bounds(request.query_params)
-        result = await store.list_resources(
-            "agent",
-            created_after=bounds.after,
-            created_before=bounds.before,
-            include_archived=include_archived,
+        query = AgentQuery(
             limit=check_limit(limit, MAX_PAGE),
             cursor=page,
+            include_archived=include_archived,
+            created_after=bounds.after,
+            created_before=bounds.before,
         )
-        return page_body([agent_json(r) for r in result.items], result.next_cursor)
+        return _page_json(await self._service.list_agents(query))
 
-    @router.post("/v1/agents/{agent_id}/archive")
-    async def archive(agent_id: str) -> dict[str, Any]:
-        return agent_json(await store.archive_resource("agent", agent_id, clock()))
+    async def archive(self, agent_id: str) -> dict[str, Any]:
+        return agent_json(await self._service.archive(agent_id))
 
-    @router.get("/v1/agents/{agent_id}/versions")
-    async def versions(agent_id: str, limit: int = 20, page: str | None = None) -> dict[str, Any]:
-        result = await store.list_resource_versions(
-            "agent", agent_id, limit=check_limit(limit, MAX_PAGE), cursor=page
-        )
-        return page_body([agent_json(r) for r in result.items], result.next_cursor)
+    async def versions(self, agent_id: str, limit: int = 20, page: str | None = None) -> dict[str, Any]:
+        found = await self._service.versions(agent_id, limit=check_limit(limit, MAX_PAGE), cursor=page)
+        return _page_json(found)
 
+
+def agents_router(service: AgentService) -> APIRouter:
+    routes = _AgentRoutes(service)
+    router = APIRouter()
+    router.add_api_route("/v1/agents", routes.create, methods=["POST"])
+    router.add_api_route("/v1/agents/{agent_id}", routes.retrieve, methods=["GET"])
+    router.add_api_route("/v1/agents/{agent_id}", routes.update, methods=["POST"])
+    router.add_api_route("/v1/agents", routes.list_, methods=["GET"])
+    router.add_api_route("/v1/agents/{agent_id}/archive", routes.archive, methods=["POST"])
+    router.add_api_route("/v1/agents/{agent_id}/versions", routes.versions, methods=["GET"])
     return router

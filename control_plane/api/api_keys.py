@@ -22,9 +22,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from control_plane.api.auth import ApiKeyCache, create_api_key
 from control_plane.api.caller import CallerDep, KeyScope
-from control_plane.api.environments import get_environment
 from control_plane.api.models import Name
 from control_plane.api.wire import timestamp
+from control_plane.environments.service import get_environment
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.store.base import ApiKeyRecord, Store
 
@@ -99,7 +99,7 @@ def api_keys_router(
             raise InvalidRequest("expires_at: must be in the future", param="expires_at")
         if body.environment_ids is not None:
             for environment_id in body.environment_ids:
-                await get_environment(store, environment_id)  # 404 environment_not_found if unknown
+                await get_environment(store, environment_id)  # EnvironmentNotFound if unknown
         key, record = await create_api_key(
             store, body.name, now, scope=scope, environment_ids=body.environment_ids, expires_at=expires_at
         )

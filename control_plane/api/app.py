@@ -19,6 +19,7 @@ from datetime import datetime
 from fastapi import APIRouter, Depends, FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from control_plane.agents import AgentService
 from control_plane.api.agents import agents_router
 from control_plane.api.api_keys import api_keys_router
 from control_plane.api.auth import KEY_CACHE_TTL_S, PUBLIC_PATHS, ApiKeyAuth, ApiKeyCache, ApiKeyGate
@@ -44,6 +45,7 @@ from control_plane.api.streaming import StreamSlots
 from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
+from control_plane.environments import EnvironmentService
 from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
 from control_plane.runner import SessionRunner
@@ -144,6 +146,15 @@ def _session_service(services: ApiServices) -> SessionService:
     )
 
 
+def _environment_service(services: ApiServices) -> EnvironmentService:
+    registry = services.registry
+
+    def connected_here() -> set[str]:  # counted at once, before presence records them
+        return {c.edge_id for c in registry.all_connections() if c.is_open}
+
+    return EnvironmentService(services.store, services.clock, connected_here=connected_here)
+
+
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
@@ -176,9 +187,9 @@ def create_app(services: ApiServices) -> FastAPI:
     )
     fleet = FleetView(services.registry, services.store, services.clock, services.control_plane_id)
     authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=services.clock))
-    authed.include_router(environments_router(services.store, services.clock, services.registry))
+    authed.include_router(environments_router(_environment_service(services)))
     authed.include_router(
-        agents_router(services.store, services.clock, services.outbound),
+        agents_router(AgentService(services.store, services.clock, outbound=services.outbound)),
         dependencies=[Depends(unscoped_writes("changing agents"))],
     )
     authed.include_router(sessions_router(sessions))

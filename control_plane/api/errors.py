@@ -32,6 +32,7 @@ from control_plane.errors import (
     InvalidRequest,
     NotConfigured,
     NotFound,
+    PermissionDenied,
     SequenceConflict,
     TokenRejected,
 )
@@ -88,6 +89,8 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 401, "authentication_error"
     if isinstance(exc, InvalidRequest):
         return 400, "invalid_request_error"
+    if isinstance(exc, PermissionDenied):
+        return 403, "permission_error"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
     if isinstance(exc, GatewayDraining | NotConfigured):

@@ -8,12 +8,12 @@ fields are (:mod:`control_plane.sessions.agent_config`): tools again against the
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from control_plane.outbound import OutboundGuard
+from control_plane.patch import KEEP, Keep  # re-exported: the sessions' name for them
 from control_plane.sessions.agent_config import (
     McpServerParams,
     ModelConfigParams,
@@ -51,16 +51,6 @@ AGENT_CONFIG_FIELDS: tuple[str, ...] = (
     "multiagent",
 )
 """The agent body fields a session snapshots (everything but ``metadata``)."""
-
-
-class Keep(enum.Enum):
-    """:data:`KEEP`: a field the request did not send (keep what is there), as opposed to
-    ``None`` (sent as ``null``: clear it)."""
-
-    KEEP = "keep"
-
-
-KEEP = Keep.KEEP
 
 
 @dataclass(frozen=True, slots=True)

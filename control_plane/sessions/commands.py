@@ -3,7 +3,9 @@
 Typed values, not HTTP models: the API's routers translate request bodies and query strings into
 these, and the service's results (domain objects: resources, events, status read from the log)
 back into the JSON the SDK parses. Client-sent lists the domain validates itself (initial events,
-repository params) travel raw, as the client sent them.
+repository params) travel raw, as the client sent them. The :class:`Viewer` (the environments a
+caller's key sees; a session of another environment is "not found", as if unknown) is the
+environments' (:mod:`control_plane.environments.commands`), re-exported here.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from control_plane.environments.commands import Viewer  # re-exported
 from control_plane.sessions.agent_snapshot import KEEP, AgentChange, AgentOverrides, Keep
 from control_plane.sessions.events import SessionStatus
 from control_plane.sessions.log import StatusView
@@ -29,18 +32,6 @@ __all__ = [
     "UpdateSession",
     "Viewer",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Viewer:
-    """Whose request it is, as far as sessions care: the environments the caller's key may see
-    (``None``: every one). A session of another environment is "not found", as if unknown."""
-
-    environment_ids: frozenset[str] | None = None
-
-    def sees(self, environment_id: object) -> bool:
-        allowed = self.environment_ids
-        return allowed is None or (isinstance(environment_id, str) and environment_id in allowed)
 
 
 @dataclass(frozen=True, slots=True)

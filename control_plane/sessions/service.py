@@ -18,7 +18,8 @@ records input and wakes the runner; it never runs a turn:
 Repositories (``github_repository`` resources, :mod:`control_plane.sessions.repositories`) are
 stored as their own resources with their tokens sealed (:class:`RepositoryTokens`); a token can be
 rotated, a repository removed. Every method takes a :class:`~control_plane.sessions.commands.Viewer`:
-a session of an environment it does not see is ``NotFound``, exactly as an unknown one.
+a session of an environment it does not see is ``NotFound``, exactly as an unknown one. A new
+session's environment is checked by :func:`~control_plane.environments.service.get_environment`.
 
 The service depends on the store's roles (:class:`Resources`, :class:`EventLog`), the event bus,
 the runner, a clock, the repository-token sealer and the outbound rules, never on a store backend
@@ -34,10 +35,9 @@ from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol
 
 from control_plane.bus import EventBus
+from control_plane.environments.service import get_environment
 from control_plane.errors import (
     Conflict,
-    EnvironmentArchived,
-    EnvironmentNotFound,
     InvalidRequest,
     NotConfigured,
     NotFound,
@@ -153,7 +153,7 @@ class SessionService:
                 "resources: authorization_token needs the vault (which seals tokens); it is not "
                 "configured on this control plane"
             )
-        await self._usable_environment(command.environment_id, viewer)
+        await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
         vault_ids = list(dict.fromkeys(command.vault_ids))
         for vault_id in vault_ids:
@@ -368,17 +368,6 @@ class SessionService:
         res = await self._store.get_resource(RESOURCE_KIND, resource_id)
         if res.body.get("session_id") != session_id:
             raise NotFound(RESOURCE_KIND, resource_id)
-        return res
-
-    async def _usable_environment(self, environment_id: str, viewer: Viewer) -> Resource:
-        if not viewer.sees(environment_id):
-            raise EnvironmentNotFound(environment_id)
-        try:
-            res = await self._store.get_resource("environment", environment_id)
-        except NotFound:
-            raise EnvironmentNotFound(environment_id) from None
-        if res.archived_at is not None:
-            raise EnvironmentArchived(environment_id)
         return res
 
     async def _agent_snapshot(self, choice: AgentChoice) -> dict[str, Any]:

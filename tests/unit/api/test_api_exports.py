@@ -1,4 +1,4 @@
-"""The public exports of the API and sessions packages are pinned."""
+"""The public exports of the API, sessions, agents and environments packages are pinned."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ import pytest
 import control_plane.sessions as sessions
 
 EXPECTED = {
-    "control_plane.api.agents": {"agents_router", "new_agent_id", "stored_tool_params"},
+    "control_plane.api.agents": {"agents_router"},
+    "control_plane.agents": {"AgentService"},
+    "control_plane.agents.service": {"AgentService", "new_agent_id"},
     "control_plane.api.app": {"ApiConfig", "ApiServices", "NullRunner", "RequestIdMiddleware", "create_app"},
     "control_plane.api.api_keys": {
         "MAX_ENVIRONMENTS",
@@ -36,10 +38,12 @@ EXPECTED = {
         "is_content_route",
     },
     "control_plane.api.coded_errors": {"CodedApiError", "install_coded_error_handler"},
-    "control_plane.api.environments": {
-        "environment_json",
-        "environment_not_found",
-        "environments_router",
+    "control_plane.api.environments": {"environment_json", "environments_router"},
+    "control_plane.environments": {"EnvironmentService", "Viewer", "get_environment"},
+    "control_plane.environments.service": {
+        "SELF_HOSTED",
+        "EnvironmentService",
+        "EnvironmentStore",
         "get_environment",
         "new_environment_id",
     },
