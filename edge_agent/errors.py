@@ -23,7 +23,7 @@ tunnel turns any of them into ``(code, message)`` without knowing the class::
                                       the URL or its address (.rule)
 
 Foreign exceptions (docker, grpc, OS errors) are mapped to these once, at the boundary that calls
-the foreign library (for Docker: :class:`edge_agent.sandbox.runtime.DockerRuntime`).
+the foreign library (for Docker: :class:`edge_agent.sandbox.docker_runtime.DockerRuntime`).
 """
 
 from __future__ import annotations

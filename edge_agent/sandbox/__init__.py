@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .channel import DaemonChannel
 from .container_runtime import ContainerRuntime
+from .docker_runtime import DockerRuntime
 from .manager import ReconcileReport, SandboxInfo, SandboxManager
-from .runtime import DockerRuntime
 from .spec import SandboxLimits, SandboxSpec
 
 __all__ = [

@@ -1,7 +1,7 @@
 """What the sandbox manager needs from a container engine: the :class:`ContainerRuntime` protocol
 and the values it returns.
 
-:class:`~edge_agent.sandbox.runtime.DockerRuntime` implements it for Docker: the edge's entry point
+:class:`~edge_agent.sandbox.docker_runtime.DockerRuntime` implements it for Docker: the edge's entry point
 (:mod:`edge_agent.daemon`) makes one and hands it to the
 :class:`~edge_agent.sandbox.manager.SandboxManager`, which passes it on to its warm pool, its
 egress controller, its git service and the channels to ``sandboxd``. The manager's unit tests use

@@ -48,7 +48,7 @@ import contextlib
 import logging
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -60,8 +60,10 @@ from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
 from .container_runtime import ContainerRecord, ContainerRuntime
+from .idle import IdlePauser
 from .pool import PoolMember, WarmPool
 from .sandboxd import QUOTA_ENV
+from .session_sandbox import ALIVE_STATES, SessionLocks, SessionSandbox
 from .spec import (
     LABEL_CLAIMED,
     LABEL_EDGE_ID,
@@ -86,7 +88,6 @@ __all__ = ["ReconcileReport", "SandboxInfo", "SandboxManager"]
 
 log = logging.getLogger(__name__)
 
-_ALIVE_STATES = ("running", "paused")
 # Tools without side effects: retried once, in a replacement sandbox, if the sandbox dies under them.
 _IDEMPOTENT_TOOLS = frozenset({"read", "glob", "grep"})
 
@@ -108,76 +109,6 @@ class ReconcileReport:
     networks_removed: list[str] = field(default_factory=list)
     #: volumes of warm-pool members of a previous run that no session claimed
     volumes_removed: list[str] = field(default_factory=list)
-
-
-class _Sandbox:
-    """Mutable state of one session's container, owned by the manager."""
-
-    __slots__ = (
-        "address",
-        "broken",
-        "channel",
-        "container_id",
-        "egress",
-        "image",
-        "inflight",
-        "last_used",
-        "network",
-        "paused",
-        "session_id",
-    )
-
-    def __init__(
-        self,
-        session_id: str,
-        container_id: str,
-        image: str,
-        *,
-        egress: EgressSpec,
-        network: str = "",
-        address: str = "",
-        paused: bool = False,
-    ) -> None:
-        self.session_id = session_id
-        self.container_id = container_id
-        self.image = image
-        self.egress = egress
-        self.network = network  # "" = none
-        self.address = address  # on the allowlist network: the proxy knows the sandbox by it
-        self.channel: DaemonChannel | None = None
-        self.paused = paused
-        self.broken = False  # the container may be dead: check it before the next call
-        self.inflight = 0
-        self.last_used = time.monotonic()
-
-    @property
-    def short_id(self) -> str:
-        return self.container_id[:12]
-
-
-class _SessionLocks:
-    """One asyncio lock per session, forgotten when nobody holds or waits for it."""
-
-    def __init__(self) -> None:
-        self._entries: dict[str, tuple[asyncio.Lock, list[int]]] = {}
-
-    def busy(self, key: str) -> bool:
-        return key in self._entries
-
-    @contextlib.asynccontextmanager
-    async def hold(self, key: str) -> AsyncIterator[None]:
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = self._entries[key] = (asyncio.Lock(), [0])
-        lock, users = entry
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if users[0] == 0:
-                del self._entries[key]
 
 
 class SandboxManager:
@@ -225,7 +156,6 @@ class SandboxManager:
             raise ValueError("warm_pool_size must not be negative")
         self._runtime = runtime
         self._edge_id = edge_id
-        self._idle_pause_s = idle_pause_s
         self._max_sandboxes = max_sandboxes
         self.default_limits = default_limits
         self._prefix = name_prefix
@@ -242,11 +172,11 @@ class SandboxManager:
         self._git = git
         self._on_provisioned = on_provisioned
         self._workspace_quota_bytes = workspace_quota_bytes
-        self._sandboxes: dict[str, _Sandbox] = {}
+        self._sandboxes: dict[str, SessionSandbox] = {}
         self._workspaces: dict[str, str] = {}  # session id -> its workspace volume, once it has one
-        self._locks = _SessionLocks()
+        self._locks = SessionLocks()
         self._reserved = 0  # creations in progress, counted against max_sandboxes
-        self._idle_task: asyncio.Task[None] | None = None
+        self._idle = IdlePauser(runtime, self._sandboxes, self._locks, idle_pause_s)
         self._started = False
         self._closed = False
         self.call_grace_s = 5.0  # how much longer than the tool's own timeout we wait for an answer
@@ -292,7 +222,7 @@ class SandboxManager:
                 len(report.reattached),
                 len(report.removed),
             )
-        self._idle_task = asyncio.create_task(self._idle_loop(), name=f"sandbox-idle-{self._edge_id}")
+        self._idle.start(f"sandbox-idle-{self._edge_id}")
         if self._pool is not None:
             self._pool.start(self.default_limits)
 
@@ -306,10 +236,7 @@ class SandboxManager:
             await self._pool.close()
             await self._sweep_pool()
         await asyncio.gather(*self._background, return_exceptions=True)
-        if self._idle_task is not None:
-            self._idle_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._idle_task
+        await self._idle.close()
         channels = [sb.channel for sb in self._sandboxes.values() if sb.channel is not None]
         await asyncio.gather(*(channel.close() for channel in channels), return_exceptions=True)
         self._sandboxes.clear()
@@ -392,7 +319,7 @@ class SandboxManager:
                 if pool_token != self._pool_token and await self._remove_quietly(record.id):
                     report.removed.append(record.id)
                 continue
-            if record.state in _ALIVE_STATES and session_id:
+            if record.state in ALIVE_STATES and session_id:
                 alive.setdefault(session_id, []).append(record)
             elif await self._remove_quietly(record.id):
                 report.removed.append(record.id)
@@ -447,7 +374,7 @@ class SandboxManager:
             self._sandboxes[session_id] = sb
             report.reattached.append(cid)
 
-    async def _adopt_egress(self, session_id: str, record: ContainerRecord) -> _Sandbox | None:
+    async def _adopt_egress(self, session_id: str, record: ContainerRecord) -> SessionSandbox | None:
         """The adopted container as a tracked sandbox with its egress restored, or None."""
         try:
             egress = EgressSpec.from_label(record.labels.get(LABEL_EGRESS))
@@ -460,7 +387,9 @@ class SandboxManager:
         except (ValueError, SandboxUnavailable) as exc:
             log.warning("sandbox %s: egress cannot be restored: %s", record.id[:12], exc)
             return None
-        return _Sandbox(session_id, record.id, record.image, egress=egress, network=network, address=address)
+        return SessionSandbox(
+            session_id, record.id, record.image, egress=egress, network=network, address=address
+        )
 
     # provisioning ----------------------------------------------------------------------------
 
@@ -475,7 +404,7 @@ class SandboxManager:
             sb, reused = await self._ensure(session_id, limits)
         return SandboxInfo(sandbox_id=sb.container_id, session_id=session_id, image=sb.image, reused=reused)
 
-    async def _ensure(self, session_id: str, limits: SandboxLimits) -> tuple[_Sandbox, bool]:
+    async def _ensure(self, session_id: str, limits: SandboxLimits) -> tuple[SessionSandbox, bool]:
         """With the session's lock held: a ready sandbox (running, channel open)."""
         if self._git is not None:
             self._git.remember(session_id, limits.repositories)
@@ -528,10 +457,10 @@ class SandboxManager:
         if self._on_provisioned is not None:
             self._on_provisioned(kind, time.monotonic() - started)
 
-    async def _make_ready(self, sb: _Sandbox) -> None:
+    async def _make_ready(self, sb: SessionSandbox) -> None:
         if sb.broken or (sb.channel is not None and sb.channel.closed):
             state = await self._runtime.container_state(sb.container_id)
-            if state not in _ALIVE_STATES:
+            if state not in ALIVE_STATES:
                 raise SandboxUnavailable(f"container is {state or 'gone'}")
             if sb.channel is not None:
                 await sb.channel.close()
@@ -544,7 +473,7 @@ class SandboxManager:
         if sb.channel is None:
             sb.channel = await self._open_channel(sb.container_id)
 
-    async def _claim(self, session_id: str, member: PoolMember, limits: SandboxLimits) -> _Sandbox:
+    async def _claim(self, session_id: str, member: PoolMember, limits: SandboxLimits) -> SessionSandbox:
         """Make the pool ``member`` the session's sandbox: record the claim, resume it. On any
         failure the member is removed (never returned to the pool) and the error raised."""
         cid = member.container_id
@@ -579,7 +508,7 @@ class SandboxManager:
                 with contextlib.suppress(SandboxUnavailable):
                     await self._runtime.remove_volume(volume)
             raise
-        sb = _Sandbox(
+        sb = SessionSandbox(
             session_id, cid, member.image, egress=limits.egress, network=member.network, address=address
         )
         sb.channel = channel
@@ -601,7 +530,7 @@ class SandboxManager:
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
-    async def _create(self, session_id: str, limits: SandboxLimits) -> _Sandbox:
+    async def _create(self, session_id: str, limits: SandboxLimits) -> SessionSandbox:
         if self._pool is not None:
             await self._pool.settle()
         in_use = len(self._sandboxes) + self._reserved
@@ -641,7 +570,7 @@ class SandboxManager:
                     self._egress.revoke(address, session_id)
                 await self._remove_quietly(container_id)
                 raise
-            sb = _Sandbox(
+            sb = SessionSandbox(
                 session_id,
                 container_id,
                 spec.image,
@@ -676,12 +605,12 @@ class SandboxManager:
             self._runtime, container_id, user=self.user, workdir=self.workdir, env=env
         )
 
-    async def _discard(self, sb: _Sandbox) -> None:
+    async def _discard(self, sb: SessionSandbox) -> None:
         """Forget a dead sandbox and remove its container (never its volume)."""
         await self._forget(sb)
         await self._remove_quietly(sb.container_id)
 
-    async def _forget(self, sb: _Sandbox) -> None:
+    async def _forget(self, sb: SessionSandbox) -> None:
         if self._sandboxes.get(sb.session_id) is sb:
             del self._sandboxes[sb.session_id]
         if sb.address:
@@ -796,59 +725,8 @@ class SandboxManager:
         """Warm-pool members paused and ready for new sessions."""
         return self._pool.ready if self._pool is not None else 0
 
-    # idle pausing ----------------------------------------------------------------------------
 
-    async def _idle_loop(self) -> None:
-        tick_s = max(0.02, min(self._idle_pause_s / 4, 1.0))
-        while True:
-            await asyncio.sleep(tick_s)
-            now = time.monotonic()
-            idle = [
-                sb
-                for sb in self._sandboxes.values()
-                if not sb.paused
-                and not sb.broken
-                and sb.inflight == 0
-                and now - sb.last_used >= self._idle_pause_s
-                and not self._locks.busy(sb.session_id)
-            ]
-            if idle:
-                results = await asyncio.gather(
-                    *(self._pause_if_idle(sb) for sb in idle), return_exceptions=True
-                )
-                for result in results:
-                    if isinstance(result, Exception):
-                        log.error("idle pause failed", exc_info=result)
-
-    async def _pause_if_idle(self, sb: _Sandbox) -> None:
-        async with self._locks.hold(sb.session_id):
-            if (
-                self._sandboxes.get(sb.session_id) is not sb
-                or sb.paused
-                or sb.broken
-                or sb.inflight
-                or time.monotonic() - sb.last_used < self._idle_pause_s
-            ):
-                return
-            if sb.channel is not None and sb.channel.closed:
-                sb.broken = True
-                return
-            try:
-                await self._runtime.pause(sb.container_id)
-            except SandboxUnavailable as exc:
-                log.info("sandbox %s of session %s could not be paused: %s", sb.short_id, sb.session_id, exc)
-                sb.broken = True
-                return
-            sb.paused = True
-            log.debug(
-                "session %s: sandbox %s paused after %.1fs idle",
-                sb.session_id,
-                sb.short_id,
-                self._idle_pause_s,
-            )
-
-
-async def _finish(work: Awaitable[_Sandbox]) -> _Sandbox:
+async def _finish(work: Awaitable[SessionSandbox]) -> SessionSandbox:
     """Await ``work`` (a creation or a claim); if the caller is cancelled meanwhile, let it finish
     first so its container is tracked, not leaked, then give up."""
     task = asyncio.ensure_future(work)

@@ -1,6 +1,6 @@
 """What a sandbox is made of: limits from the caller, hardened defaults, names and labels.
 
-Pure data; :class:`~edge_agent.sandbox.runtime.DockerRuntime` turns a :class:`SandboxSpec` into
+Pure data; :class:`~edge_agent.sandbox.docker_runtime.DockerRuntime` turns a :class:`SandboxSpec` into
 Docker API calls. A sandbox's egress (:class:`~edge_agent.egress.EgressSpec`) is part of its
 limits and is recorded in the ``outpost.egress`` label (absent for mode ``none``), with the proxy
 it was pointed at in ``outpost.egress_proxy``.

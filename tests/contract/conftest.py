@@ -17,7 +17,7 @@ import pytest
 
 from control_plane.store import MemoryStore, SqliteStore, Store
 from control_plane.store.postgres import PostgresStore
-from tests.pg_support import drop_schema, pg_config
+from tests.support.pg import drop_schema, pg_config
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.docker_support import destroy_all_sandboxes
 from tests.support import REPO
+from tests.support.docker_engine import destroy_all_sandboxes
 from tests.support.e2e import NAME_PREFIX, SANDBOX_IMAGE, Api, EnrolledEdge
 
 

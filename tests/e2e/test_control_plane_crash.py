@@ -23,13 +23,13 @@ from control_plane.model.script import ToolUse
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.docker_support import destroy_all_sandboxes
 from tests.support import eventually
 from tests.support.control_plane_process import (
     ControlPlaneProcess,
     assert_both_calls_ran_once,
     session_events,
 )
+from tests.support.docker_engine import destroy_all_sandboxes, exists_in_session_sandbox
 from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -110,7 +110,11 @@ async def test_kill9_mid_tool_and_between_turns_runs_each_tool_once(
                 return any(e.type == "agent.tool_use" for e in await session_events(client, session.id))
 
             await eventually(first_tool_running, 30, "first tool_use")
-            await asyncio.sleep(1.0)
+            await eventually(
+                lambda: exists_in_session_sandbox(docker_client, session.id, "/workspace/counter1"),
+                30,
+                "the first bash call running in the sandbox",
+            )
             cp.kill9()
             cp.start()
             await cp.wait_up()

@@ -25,7 +25,6 @@ from control_plane.model.responders import tool_results_since_prompt
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.docker_support import destroy_all_sandboxes
 from tests.support import eventually
 from tests.support.control_plane_process import (
     SharedStoreControlPlane,
@@ -33,6 +32,7 @@ from tests.support.control_plane_process import (
     session_events,
     two_slow_calls,
 )
+from tests.support.docker_engine import destroy_all_sandboxes, exists_in_session_sandbox
 from tests.support.e2e import NAME_PREFIX
 
 pytestmark = pytest.mark.docker
@@ -105,7 +105,11 @@ async def test_sigterm_of_one_control_plane_moves_edge_and_session(
                 return any(e.type == "agent.tool_use" for e in await session_events(client_a, session.id))
 
             await eventually(first_tool_running, 30, "first tool_use")
-            await asyncio.sleep(1.0)  # the first bash call is sleeping in the sandbox
+            await eventually(
+                lambda: exists_in_session_sandbox(docker_client, session.id, "/workspace/counter1"),
+                30,
+                "the first bash call running in the sandbox",
+            )
             assert cp_a.proc is not None
             cp_a.proc.send_signal(signal.SIGTERM)
 

@@ -30,8 +30,6 @@ from control_plane.model.responders import tool_results_since_prompt
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
-from tests.docker_support import destroy_all_sandboxes
-from tests.pg_support import PG_URL, drop_schema, new_schema, pg_config
 from tests.support import eventually
 from tests.support.control_plane_process import (
     SharedStoreControlPlane,
@@ -39,7 +37,9 @@ from tests.support.control_plane_process import (
     session_events,
     two_slow_calls,
 )
+from tests.support.docker_engine import destroy_all_sandboxes, exists_in_session_sandbox
 from tests.support.e2e import NAME_PREFIX
+from tests.support.pg import PG_URL, drop_schema, new_schema, pg_config
 
 pytestmark = pytest.mark.docker
 
@@ -137,9 +137,14 @@ async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
 
             session = await clients[entry].beta.sessions.create(agent=agent.id, environment_id=env.id)
             seen: list[Any] = []
+            stream_open = asyncio.Event()
 
             async def watch() -> None:
+                # The call returns with the response's headers, which the server sends once the
+                # stream has subscribed to the session's events (EventStream.open): from then on
+                # nothing appended is missed.
                 stream = await clients[watcher].beta.sessions.events.stream(session.id)
+                stream_open.set()
                 async with stream:
                     async for event in stream:
                         seen.append(event)
@@ -147,7 +152,7 @@ async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
                             return
 
             watching = asyncio.create_task(watch())
-            await asyncio.sleep(0.5)  # the stream is open before the message is sent
+            await asyncio.wait_for(stream_open.wait(), 30)  # open before the message is sent
             await clients[entry].beta.sessions.events.send(
                 session.id, events=[{"type": "user.message", "content": [{"type": "text", "text": "go"}]}]
             )
@@ -158,7 +163,11 @@ async def test_kill9_of_the_replica_running_a_turn_mid_tool_call(
                 )
 
             await eventually(first_tool_running, 30, "first tool_use")
-            await asyncio.sleep(1.0)  # the first bash call is sleeping in the sandbox
+            await eventually(
+                lambda: exists_in_session_sandbox(docker_client, session.id, "/workspace/counter1"),
+                30,
+                "the first bash call running in the sandbox",
+            )
             replicas[running].kill9()
 
             await asyncio.wait_for(watching, 120)

@@ -18,6 +18,7 @@ from control_plane.server import ControlPlane
 from edge_agent.connection import TransportError, connect_grpc
 from outpost_wire.channel import CONNECT_METHOD
 from tests.support import eventually
+from tests.support.docker_engine import exists_in_session_sandbox
 from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
@@ -80,15 +81,22 @@ async def test_restart_reconciles_dead_containers(
     proc.terminate()
 
 
-async def test_sigterm_drains_in_flight_calls(api: Api, environment: str, enroll, edge_processes) -> None:
+async def test_sigterm_drains_in_flight_calls(
+    api: Api, environment: str, enroll, edge_processes, docker_client: docker.DockerClient
+) -> None:
     edge = await enroll(environment)
     proc = edge_processes(edge)
     await eventually(lambda: _connected(api, edge.identity.edge_id), what="edge connected")
     await api.exec(environment, "s-drain", "bash", {"command": "true"})  # warm
     call = asyncio.create_task(
-        api.exec(environment, "s-drain", "bash", {"command": "sleep 2; echo finished"})
+        api.exec(
+            environment, "s-drain", "bash", {"command": "touch /workspace/started; sleep 2; echo finished"}
+        )
     )
-    await asyncio.sleep(0.5)
+    await eventually(
+        lambda: exists_in_session_sandbox(docker_client, "s-drain", "/workspace/started"),
+        what="the call running in the sandbox",
+    )
     code = await asyncio.to_thread(proc.terminate)
     result = await call
     assert not result["is_error"] and text_of(result).strip() == "finished", result

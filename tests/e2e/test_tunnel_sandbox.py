@@ -11,6 +11,8 @@ import pytest
 from control_plane.server import ControlPlane
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.frames import Provision
+from tests.support import eventually
+from tests.support.docker_engine import exists_in_session_sandbox
 from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
@@ -58,12 +60,17 @@ async def test_killed_container_is_a_tool_error_and_the_next_call_recovers(
     edge = await run_edge(await enroll(environment))
     s = "s-kill"
     await api.exec(environment, s, "write", {"file_path": "keep.txt", "content": "still here"})
-    slow = asyncio.create_task(api.exec(environment, s, "bash", {"command": "sleep 30"}))
+    slow = asyncio.create_task(
+        api.exec(environment, s, "bash", {"command": "touch /workspace/started; sleep 30"})
+    )
     containers = docker_client.containers.list(
         filters={"label": [f"outpost.edge_id={edge.edge_id}", f"outpost.session_id={s}"]}
     )
     assert len(containers) == 1
-    await asyncio.sleep(0.5)  # let the sleep start inside the sandbox
+    await eventually(
+        lambda: exists_in_session_sandbox(docker_client, s, "/workspace/started"),
+        what="the sleep running in the sandbox",
+    )
     containers[0].kill()
     result = await asyncio.wait_for(slow, 30)
     assert result["is_error"], result

@@ -5,6 +5,8 @@
 - ``e2e``: the end-to-end tests' plain helpers (their API client, constants); the fixtures stay in
   ``tests/e2e/conftest.py``.
 - ``fake_runtime``: an in-memory ``ContainerRuntime`` for the sandbox manager's unit tests.
+- ``docker_engine``: the Docker engine for tests (image check, leftovers sweep, one edge's teardown, a
+  condition that a call has started in a session's sandbox); ``pg``: the PostgreSQL test cluster.
 
 Fixtures live in conftest files; helpers and constants that more than one test directory needs live here,
 so that no test imports another test module or another directory's conftest.

@@ -23,7 +23,7 @@ from _egress_support import (
 )
 
 from edge_agent.sandbox import DockerRuntime, SandboxManager
-from tests.docker_support import destroy_all_sandboxes, docker_for_tests
+from tests.support.docker_engine import destroy_all_sandboxes, docker_for_tests
 
 _counter = itertools.count(1)
 

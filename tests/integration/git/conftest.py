@@ -17,7 +17,7 @@ from edge_agent.egress import EgressSpec
 from edge_agent.git import EdgeCredentials, GitConfig, GitService
 from edge_agent.git.policy import RepositoryPolicy
 from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
-from tests.docker_support import destroy_all_sandboxes, docker_for_tests
+from tests.support.docker_engine import destroy_all_sandboxes, docker_for_tests
 
 IMAGE = "outpost-sandbox:1"
 EDGE_PREFIX = f"test-git-{uuid.uuid4().hex[:8]}"

@@ -11,7 +11,7 @@ import pytest
 from _sandbox_support import EDGE_PREFIX, IMAGE, LIMITS, ManagerFactory
 
 from edge_agent.sandbox import DockerRuntime, SandboxManager
-from tests.docker_support import destroy_all_sandboxes, docker_for_tests
+from tests.support.docker_engine import destroy_all_sandboxes, docker_for_tests
 
 _counter = itertools.count(1)
 

@@ -18,7 +18,7 @@ from control_plane.config import ControlPlaneConfig
 from control_plane.store import ApiKeyRecord, EdgeRecord, EnrollmentTokenRecord, SqliteStore
 from control_plane.store.postgres import SCHEMA_VERSION, PostgresStore
 from tests.contract._support import at, new_events
-from tests.pg_support import PG_URL, drop_schema, new_schema, pg_config
+from tests.support.pg import PG_URL, drop_schema, new_schema, pg_config
 
 
 @pytest.fixture

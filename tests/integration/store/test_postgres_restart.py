@@ -19,8 +19,8 @@ import pytest
 from control_plane.errors import ControlPlaneError
 from control_plane.store import Event, NewEvent
 from control_plane.store.postgres import PostgresStore
-from tests.pg_support import PrivateCluster, private_cluster
 from tests.support import eventually
+from tests.support.pg import PrivateCluster, private_cluster
 
 _BATCHES = 120
 _PER_BATCH = 5

@@ -9,7 +9,7 @@ import pytest
 import edge_agent.egress as egress
 from edge_agent.egress import EgressController, EgressMode, EgressSpec, NetworkRecord, proxy_env
 from edge_agent.errors import SandboxUnavailable
-from edge_agent.sandbox.runtime import container_config
+from edge_agent.sandbox.docker_runtime import container_config
 from edge_agent.sandbox.spec import SandboxLimits, SandboxSpec, network_name
 
 EDGE = {"outpost.managed": "1", "outpost.edge_id": "e1"}

@@ -21,8 +21,8 @@ from edge_agent.sandbox.spec import (
     volume_name,
 )
 from outpost_wire.results import ToolResult
-from tests.docker_support import destroy_all_sandboxes
 from tests.support import eventually
+from tests.support.docker_engine import destroy_all_sandboxes
 from tests.support.fake_runtime import ContainerState, FakeContainer, FakeEngine
 
 LIMITS = SandboxLimits(image="outpost-sandbox:1", cpus=1.0, memory_bytes=512 << 20, pids=128)

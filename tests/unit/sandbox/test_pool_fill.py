@@ -11,8 +11,8 @@ from typing import Any, cast
 
 from edge_agent.egress import EgressController
 from edge_agent.sandbox.channel import DaemonChannel
+from edge_agent.sandbox.docker_runtime import DockerRuntime
 from edge_agent.sandbox.pool import WarmPool
-from edge_agent.sandbox.runtime import DockerRuntime
 from edge_agent.sandbox.spec import SandboxLimits, SandboxSpec
 from tests.support import eventually
 

@@ -8,7 +8,7 @@ import pytest
 
 from edge_agent.config import EdgeConfig, SandboxConfig
 from edge_agent.egress import EgressMode, EgressSpec
-from edge_agent.sandbox.runtime import container_config
+from edge_agent.sandbox.docker_runtime import container_config
 from edge_agent.sandbox.spec import (
     SandboxLimits,
     SandboxSpec,

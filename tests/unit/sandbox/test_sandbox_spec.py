@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from edge_agent.sandbox.runtime import container_config
+from edge_agent.sandbox.docker_runtime import container_config
 from edge_agent.sandbox.spec import (
     SandboxLimits,
     SandboxSpec,
