@@ -30,7 +30,6 @@ from control_plane.api.body_limit import (
     BodyLimitMiddleware,
 )
 from control_plane.api.caller import require_admin_key, unscoped_writes
-from control_plane.api.coded_errors import install_coded_error_handler
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
@@ -158,7 +157,6 @@ def _environment_service(services: ApiServices) -> EnvironmentService:
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
-    install_coded_error_handler(app)
     app.add_middleware(
         BodyLimitMiddleware,
         max_body_bytes=services.config.max_body_bytes,
@@ -196,7 +194,7 @@ def create_app(services: ApiServices) -> FastAPI:
     authed.include_router(session_resources_router(sessions))
     authed.include_router(operations_router(services.store, services.registry, services.gateway))
     authed.include_router(
-        vaults_router(services.vault, services.clock),
+        vaults_router(services.vault),
         dependencies=[Depends(unscoped_writes("changing vaults"))],
     )
     authed.include_router(api_keys_router(services.store, services.clock, keys))

@@ -1,18 +1,19 @@
-"""``/v1/vaults`` and ``/v1/vaults/{vault_id}/credentials``: write-only credential storage.
+"""``/v1/vaults`` and ``/v1/vaults/{vault_id}/credentials``: write-only credential storage, HTTP only.
 
-Responses carry public fields only. The ``auth`` of a credential is rebuilt from an allow-list per
-auth type (:func:`auth_json`), never copied from storage, so a secret cannot reach a response even
-if it were stored in the wrong place. ``mcp_oauth_validate`` does not probe the MCP server; for a
-credential with a refresh configuration it performs a refresh (``valid`` when it succeeds,
-``invalid`` when the token endpoint refuses, ``unknown`` when it cannot be reached or the outbound
-rules refuse its address); without one the status is ``unknown``. The token endpoint's answer is
-summarized (status code, content type), never echoed: ``http_response.body`` is always empty.
-When the control plane runs without a vault, every route answers 503.
+Each route calls one method of :class:`~control_plane.vault.service.VaultService` (which holds the
+rules, credential validation included) and shows the result. Responses carry public fields only.
+The ``auth`` of a credential is rebuilt from an allow-list per auth type (:func:`auth_json`), never
+copied from storage, so a secret cannot reach a response even if it were stored in the wrong place.
+``mcp_oauth_validate`` does not probe the MCP server; for a credential with a refresh configuration
+it performs a refresh (``valid`` when it succeeds, ``invalid`` when the token endpoint refuses,
+``unknown`` when it cannot be reached or the outbound rules refuse its address); without one the
+status is ``unknown``. The token endpoint's answer is summarized (status code, content type), never
+echoed: ``http_response.body`` is always empty. When the control plane runs without a vault, every
+route answers 503.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -21,20 +22,14 @@ from fastapi import APIRouter
 from control_plane.api.errors import ApiError
 from control_plane.api.query import check_limit
 from control_plane.api.wire import page_body, timestamp
-from control_plane.errors import InvalidRequest
 from control_plane.store.base import Resource
 from control_plane.vault.components import Vault
 from control_plane.vault.params import CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate
+from control_plane.vault.service import CredentialValidation, VaultService
 
 __all__ = ["auth_json", "credential_json", "vault_json", "vaults_router"]
 
 MAX_PAGE = 100
-_VALIDATION_STATUS = {
-    "succeeded": "valid",
-    "failed": "invalid",
-    "no_refresh_token": "invalid",
-    "connect_error": "unknown",
-}
 
 
 def _stamp(value: datetime | None) -> str | None:
@@ -100,107 +95,110 @@ def credential_json(res: Resource) -> dict[str, Any]:
     }
 
 
-def vaults_router(vault: Vault | None, clock: Callable[[], datetime]) -> APIRouter:
-    router = APIRouter()
+def _validation_json(vault_id: str, credential_id: str, found: CredentialValidation) -> dict[str, Any]:
+    return {
+        "type": "vault_credential_validation",
+        "credential_id": credential_id,
+        "vault_id": vault_id,
+        "status": found.status,
+        "has_refresh_token": found.has_refresh_token,
+        "validated_at": timestamp(found.validated_at),
+        "mcp_probe": None,
+        "refresh": found.refresh,
+    }
 
-    def parts() -> Vault:
-        if vault is None:
+
+class _VaultRoutes:
+    """The routes, one service call each; every one answers 503 when there is no vault."""
+
+    def __init__(self, vault: Vault | None) -> None:
+        self._vault = vault
+
+    def _parts(self) -> Vault:
+        if self._vault is None:
             raise ApiError(503, "the vault is not configured on this control plane")
-        return vault
+        return self._vault
+
+    @property
+    def _service(self) -> VaultService:
+        return self._parts().service
 
     # -- vaults -----------------------------------------------------------------------------------
 
-    @router.post("/v1/vaults")
-    async def create(body: VaultCreate) -> dict[str, Any]:
-        return vault_json(await parts().service.create_vault(body))
+    async def create(self, body: VaultCreate) -> dict[str, Any]:
+        return vault_json(await self._service.create_vault(body))
 
-    @router.get("/v1/vaults/{vault_id}")
-    async def retrieve(vault_id: str) -> dict[str, Any]:
-        return vault_json(await parts().service.get_vault(vault_id))
+    async def retrieve(self, vault_id: str) -> dict[str, Any]:
+        return vault_json(await self._service.get_vault(vault_id))
 
-    @router.post("/v1/vaults/{vault_id}")
-    async def update(vault_id: str, body: VaultUpdate) -> dict[str, Any]:
-        return vault_json(await parts().service.update_vault(vault_id, body))
+    async def update(self, vault_id: str, body: VaultUpdate) -> dict[str, Any]:
+        return vault_json(await self._service.update_vault(vault_id, body))
 
-    @router.get("/v1/vaults")
     async def list_(
-        limit: int = 20, page: str | None = None, include_archived: bool = False
+        self, limit: int = 20, page: str | None = None, include_archived: bool = False
     ) -> dict[str, Any]:
-        result = await parts().service.list_vaults(
+        result = await self._service.list_vaults(
             include_archived=include_archived, limit=check_limit(limit, MAX_PAGE), cursor=page
         )
         return page_body([vault_json(r) for r in result.items], result.next_cursor)
 
-    @router.post("/v1/vaults/{vault_id}/archive")
-    async def archive(vault_id: str) -> dict[str, Any]:
-        return vault_json(await parts().service.archive_vault(vault_id))
+    async def archive(self, vault_id: str) -> dict[str, Any]:
+        return vault_json(await self._service.archive_vault(vault_id))
 
-    @router.delete("/v1/vaults/{vault_id}")
-    async def delete(vault_id: str) -> dict[str, Any]:
-        await parts().service.delete_vault(vault_id)
+    async def delete(self, vault_id: str) -> dict[str, Any]:
+        await self._service.delete_vault(vault_id)
         return {"id": vault_id, "type": "vault_deleted"}
 
     # -- credentials ------------------------------------------------------------------------------
 
-    @router.post("/v1/vaults/{vault_id}/credentials")
-    async def create_credential(vault_id: str, body: CredentialCreate) -> dict[str, Any]:
-        return credential_json(await parts().service.create_credential(vault_id, body))
+    async def create_credential(self, vault_id: str, body: CredentialCreate) -> dict[str, Any]:
+        return credential_json(await self._service.create_credential(vault_id, body))
 
-    @router.get("/v1/vaults/{vault_id}/credentials/{credential_id}")
-    async def retrieve_credential(vault_id: str, credential_id: str) -> dict[str, Any]:
-        return credential_json(await parts().service.get_credential(vault_id, credential_id))
+    async def retrieve_credential(self, vault_id: str, credential_id: str) -> dict[str, Any]:
+        return credential_json(await self._service.get_credential(vault_id, credential_id))
 
-    @router.post("/v1/vaults/{vault_id}/credentials/{credential_id}")
-    async def update_credential(vault_id: str, credential_id: str, body: CredentialUpdate) -> dict[str, Any]:
-        return credential_json(await parts().service.update_credential(vault_id, credential_id, body))
-
-    @router.get("/v1/vaults/{vault_id}/credentials")
-    async def list_credentials(
-        vault_id: str, limit: int = 20, page: str | None = None, include_archived: bool = False
+    async def update_credential(
+        self, vault_id: str, credential_id: str, body: CredentialUpdate
     ) -> dict[str, Any]:
-        result = await parts().service.list_credentials(
+        return credential_json(await self._service.update_credential(vault_id, credential_id, body))
+
+    async def list_credentials(
+        self, vault_id: str, limit: int = 20, page: str | None = None, include_archived: bool = False
+    ) -> dict[str, Any]:
+        result = await self._service.list_credentials(
             vault_id, include_archived=include_archived, limit=check_limit(limit, MAX_PAGE), cursor=page
         )
         return page_body([credential_json(r) for r in result.items], result.next_cursor)
 
-    @router.post("/v1/vaults/{vault_id}/credentials/{credential_id}/archive")
-    async def archive_credential(vault_id: str, credential_id: str) -> dict[str, Any]:
-        return credential_json(await parts().service.archive_credential(vault_id, credential_id))
+    async def archive_credential(self, vault_id: str, credential_id: str) -> dict[str, Any]:
+        return credential_json(await self._service.archive_credential(vault_id, credential_id))
 
-    @router.delete("/v1/vaults/{vault_id}/credentials/{credential_id}")
-    async def delete_credential(vault_id: str, credential_id: str) -> dict[str, Any]:
-        await parts().service.delete_credential(vault_id, credential_id)
+    async def delete_credential(self, vault_id: str, credential_id: str) -> dict[str, Any]:
+        await self._service.delete_credential(vault_id, credential_id)
         return {"id": credential_id, "type": "vault_credential_deleted"}
 
-    @router.post("/v1/vaults/{vault_id}/credentials/{credential_id}/mcp_oauth_validate")
-    async def validate(vault_id: str, credential_id: str) -> dict[str, Any]:
-        v = parts()
-        res = await v.service.get_credential(vault_id, credential_id)
-        if res.body["auth"]["type"] != "mcp_oauth":
-            raise InvalidRequest(
-                f"credential {credential_id!r} is {res.body['auth']['type']!r}; only mcp_oauth credentials "
-                "can be validated",
-                param="credential_id",
-            )
-        if res.archived_at is not None:
-            raise InvalidRequest(f"credential {credential_id!r} is archived", param="credential_id")
-        refresh: dict[str, Any] | None
-        if res.body["auth"].get("refresh") is None or not res.body.get("has_refresh_token"):
-            status, refresh = "unknown", {"status": "no_refresh_token", "http_response": None}
-        else:
-            result = await v.refresher.refresh(credential_id)
-            status = _VALIDATION_STATUS[result.status]
-            refresh = {"status": result.status, "http_response": result.http_response}
-        current = await v.service.get_credential(vault_id, credential_id)
-        return {
-            "type": "vault_credential_validation",
-            "credential_id": credential_id,
-            "vault_id": vault_id,
-            "status": status,
-            "has_refresh_token": bool(current.body.get("has_refresh_token")),
-            "validated_at": timestamp(clock()),
-            "mcp_probe": None,
-            "refresh": refresh,
-        }
+    async def validate(self, vault_id: str, credential_id: str) -> dict[str, Any]:
+        vault = self._parts()
+        found = await vault.service.validate_credential(vault_id, credential_id, vault.refresher)
+        return _validation_json(vault_id, credential_id, found)
 
+
+def vaults_router(vault: Vault | None) -> APIRouter:
+    routes = _VaultRoutes(vault)
+    router = APIRouter()
+    one = "/v1/vaults/{vault_id}"
+    credential = one + "/credentials/{credential_id}"
+    router.add_api_route("/v1/vaults", routes.create, methods=["POST"])
+    router.add_api_route(one, routes.retrieve, methods=["GET"])
+    router.add_api_route(one, routes.update, methods=["POST"])
+    router.add_api_route("/v1/vaults", routes.list_, methods=["GET"])
+    router.add_api_route(one + "/archive", routes.archive, methods=["POST"])
+    router.add_api_route(one, routes.delete, methods=["DELETE"])
+    router.add_api_route(one + "/credentials", routes.create_credential, methods=["POST"])
+    router.add_api_route(credential, routes.retrieve_credential, methods=["GET"])
+    router.add_api_route(credential, routes.update_credential, methods=["POST"])
+    router.add_api_route(one + "/credentials", routes.list_credentials, methods=["GET"])
+    router.add_api_route(credential + "/archive", routes.archive_credential, methods=["POST"])
+    router.add_api_route(credential, routes.delete_credential, methods=["DELETE"])
+    router.add_api_route(credential + "/mcp_oauth_validate", routes.validate, methods=["POST"])
     return router

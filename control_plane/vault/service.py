@@ -17,7 +17,11 @@ Stored bodies (the store's ``Resource.body``):
 Rules: one active ``static_bearer``/``mcp_oauth`` credential per MCP server URL per vault (a second
 one is a 409); at most 20 active credentials per vault; an archived vault or credential cannot be
 changed. Archiving a credential *purges* its sealed secret (crypto-shredding: nothing is left to
-decrypt); archiving a vault archives its credentials; deleting a vault deletes them.
+decrypt); archiving a vault archives its credentials; deleting a vault deletes them. Only an active
+``mcp_oauth`` credential can be validated (:meth:`VaultService.validate_credential`): with a
+refresh configuration and a refresh token it is refreshed (``valid`` when that succeeds,
+``invalid`` when the token endpoint refuses, ``unknown`` when it cannot be reached); without one
+the status is ``unknown``.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from control_plane.vault.binding import credential_aad, upstream_of
 from control_plane.vault.cipher import CredentialCipher
 from control_plane.vault.errors import DecryptionFailed
 from control_plane.vault.keys import KeyEncryptionKey, Keyring
+from control_plane.vault.oauth import OAuthRefresher
 from control_plane.vault.params import CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate
 
 __all__ = [
@@ -48,6 +53,7 @@ __all__ = [
     "MAX_CREDENTIALS_PER_VAULT",
     "ROTATION_KIND",
     "VAULT_KIND",
+    "CredentialValidation",
     "RotationReport",
     "VaultService",
     "new_credential_id",
@@ -62,6 +68,12 @@ ROTATION_KIND = "vault_key_rotation"
 MAX_CREDENTIALS_PER_VAULT = 20
 _UPDATE_ATTEMPTS = 5
 _MCP_TYPES = frozenset({"static_bearer", "mcp_oauth"})
+_VALIDATION_STATUS = {
+    "succeeded": "valid",
+    "failed": "invalid",
+    "no_refresh_token": "invalid",
+    "connect_error": "unknown",
+}
 
 
 def new_vault_id() -> str:
@@ -83,6 +95,16 @@ class RotationReport:
     @property
     def complete(self) -> bool:
         return not self.failed
+
+
+@dataclass(frozen=True, slots=True)
+class CredentialValidation:
+    """Outcome of :meth:`VaultService.validate_credential`."""
+
+    status: str  # valid | invalid | unknown
+    refresh: dict[str, Any]  # {"status": <RefreshResult.status>, "http_response": summary | None}
+    has_refresh_token: bool  # after the refresh
+    validated_at: datetime
 
 
 class VaultService:
@@ -259,6 +281,31 @@ class VaultService:
         await self.get_credential(vault_id, credential_id)
         await self.store.delete_resource(CREDENTIAL_KIND, credential_id)
         log.info("vault %s: credential %s deleted", vault_id, credential_id)
+
+    async def validate_credential(
+        self, vault_id: str, credential_id: str, refresher: OAuthRefresher
+    ) -> CredentialValidation:
+        """Validate an active ``mcp_oauth`` credential by refreshing it (when it can refresh)."""
+        res = await self.get_credential(vault_id, credential_id)
+        kind = res.body["auth"]["type"]
+        if kind != "mcp_oauth":
+            raise InvalidRequest(
+                f"credential {credential_id!r} is {kind!r}; only mcp_oauth credentials can be validated",
+                param="credential_id",
+            )
+        if res.archived_at is not None:
+            raise InvalidRequest(f"credential {credential_id!r} is archived", param="credential_id")
+        refresh: dict[str, Any]
+        if res.body["auth"].get("refresh") is None or not res.body.get("has_refresh_token"):
+            status, refresh = "unknown", {"status": "no_refresh_token", "http_response": None}
+        else:
+            result = await refresher.refresh(credential_id)
+            status = _VALIDATION_STATUS[result.status]
+            refresh = {"status": result.status, "http_response": result.http_response}
+        current = await self.get_credential(vault_id, credential_id)
+        return CredentialValidation(
+            status, refresh, bool(current.body.get("has_refresh_token")), self.clock()
+        )
 
     async def _check_room(self, vault_id: str, auth: dict[str, Any]) -> None:
         active = await self.store.list_resources(

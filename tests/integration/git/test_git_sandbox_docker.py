@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from _git_server import GitHttpServer, git, upstream_commit
-from conftest import CANARY, Edge
 
 from edge_agent.dispatch import Dispatcher
 from edge_agent.git import GitConfig, GitCredentialConfig
@@ -25,6 +24,7 @@ from edge_agent.policy import Policy
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Egress, Execute, Failure, Provision, Provisioned, Repository, Request
 from outpost_wire.results import ToolResult
+from tests.integration.git._git_support import CANARY, Edge
 
 pytestmark = pytest.mark.docker
 

@@ -37,7 +37,6 @@ EXPECTED = {
         "BodyLimitMiddleware",
         "is_content_route",
     },
-    "control_plane.api.coded_errors": {"CodedApiError", "install_coded_error_handler"},
     "control_plane.api.environments": {"environment_json", "environments_router"},
     "control_plane.environments": {"EnvironmentService", "Viewer", "get_environment"},
     "control_plane.environments.service": {

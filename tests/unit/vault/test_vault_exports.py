@@ -30,6 +30,7 @@ EXPECTED = {
         "MAX_CREDENTIALS_PER_VAULT",
         "ROTATION_KIND",
         "VAULT_KIND",
+        "CredentialValidation",
         "RotationReport",
         "VaultService",
         "new_credential_id",
