@@ -22,6 +22,9 @@ async def pair(
     monkeypatch.setenv("ANTHROPIC_API_KEY", "unused")
 
     def config() -> ControlPlaneConfig:
+        # Timing: a long drain grace so a draining process's turn is never cut short by the machine's
+        # load, and a 0.2 s lease scan (default 5 s) so a released session is taken up within the
+        # test's waits. The defaults run in tests/e2e/test_shipped_defaults.py and the kill -9 tests.
         return control_plane_config(  # the same data_dir: one store, one CA, one admin key
             tmp_path,
             drain_grace_s=30.0,

@@ -49,6 +49,7 @@ class Edge:
             credentials=EdgeCredentials(config.credentials),
             policy=LOOPBACK_REPOS,
         )
+        # idle_pause_s 60 (default 30): no sandbox is paused under a slow git test on a busy machine.
         self.manager = SandboxManager(
             self.runtime, edge_id=self.edge_id, default_limits=limits(), idle_pause_s=60, git=self.git
         )
