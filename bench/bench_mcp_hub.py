@@ -25,7 +25,7 @@ from mcp import Client, StdioServerParameters
 
 from edge_agent.mcp import McpHub, McpPolicy, McpServerConfig
 
-SERVER = Path(__file__).resolve().parents[1] / "tests/integration/mcp/servers/stdio_server.py"
+SERVER = Path(__file__).resolve().parents[1] / "tests/support/mcp_servers/stdio_server.py"
 
 
 def pct(samples: list[float], p: float) -> float:

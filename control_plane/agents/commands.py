@@ -1,7 +1,7 @@
 """What :class:`~control_plane.agents.service.AgentService` is asked.
 
 Typed values, not HTTP models: the API's router translates request bodies and query strings into
-these. An agent's parts are the configuration models of :mod:`control_plane.sessions.agent_config`
+these. An agent's parts are the configuration models of :mod:`control_plane.agents.configuration`
 (as a client sends them); the service resolves them. Its answers are the store's ``Resource`` (an
 agent version) and ``Page``.
 """
@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from control_plane.patch import KEEP, Keep
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     AwsRoleIdentity,
     McpServerParams,
     ModelConfigParams,
@@ -22,6 +21,7 @@ from control_plane.sessions.agent_config import (
     SkillParams,
     ToolParams,
 )
+from control_plane.patch import KEEP, Keep
 
 __all__ = ["AgentQuery", "CreateAgent", "ExecutionIdentity", "Model", "UpdateAgent"]
 

@@ -10,7 +10,7 @@ changes nothing makes no new version. An archived agent takes no update (nor new
 
 A package of its own, not a module of ``sessions/``: agents are a resource family with their own
 routes, and ``sessions/`` only reads them (a session snapshots its agent). The configuration's
-parts and their resolution stay in :mod:`control_plane.sessions.agent_config`, which both use.
+parts and their resolution stay in :mod:`control_plane.agents.configuration`, which both use.
 The service depends on the store's :class:`Resources` role, a clock and the outbound rules (the
 check of direct MCP server URLs), never on a store backend nor on the HTTP layer.
 """
@@ -23,11 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from control_plane.agents.commands import AgentQuery, CreateAgent, Model, UpdateAgent
-from control_plane.errors import Conflict, InvalidRequest, VersionConflict
-from control_plane.metadata import apply_metadata_patch, check_metadata
-from control_plane.outbound import OutboundGuard
-from control_plane.patch import Keep
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     resolve_execution_identity,
     resolve_mcp_servers,
     resolve_model,
@@ -35,6 +31,10 @@ from control_plane.sessions.agent_config import (
     resolve_tools,
     stored_tool_params,
 )
+from control_plane.errors import Conflict, InvalidRequest, VersionConflict
+from control_plane.metadata import apply_metadata_patch, check_metadata
+from control_plane.outbound import OutboundGuard
+from control_plane.patch import Keep
 from control_plane.store.base import Page, Resource, Resources
 
 __all__ = ["AgentService", "new_agent_id"]
@@ -75,6 +75,16 @@ class AgentService:
 
     async def get(self, agent_id: str, version: int | None = None) -> Resource:
         """The agent at ``version`` (``None``: the latest)."""
+        return await self._store.get_resource("agent", agent_id, version)
+
+    async def for_new_session(self, agent_id: str, version: int | None) -> Resource:
+        """The agent version a new session snapshots (``None``: the latest); an archived agent
+        starts no session."""
+        latest = await self._store.get_resource("agent", agent_id)
+        if latest.archived_at is not None:
+            raise InvalidRequest(f"agent {agent_id!r} is archived", param="agent")
+        if version is None:
+            return latest
         return await self._store.get_resource("agent", agent_id, version)
 
     async def list_agents(self, query: AgentQuery) -> Page:

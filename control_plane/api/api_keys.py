@@ -13,22 +13,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from control_plane.api.auth import ApiKeyCache, create_api_key
 from control_plane.api.caller import CallerDep, KeyScope
 from control_plane.api.models import Name
 from control_plane.api.wire import timestamp
-from control_plane.environments.service import get_environment
-from control_plane.errors import Conflict, InvalidRequest
-from control_plane.store.base import ApiKeyRecord, Store
+from control_plane.keys import ApiKeyService, CreateApiKey, key_status
+from control_plane.store.base import ApiKeyRecord
 
-__all__ = ["MAX_ENVIRONMENTS", "MAX_TTL_S", "ApiKeyCreate", "api_key_json", "api_keys_router", "key_status"]
+__all__ = ["MAX_ENVIRONMENTS", "MAX_TTL_S", "ApiKeyCreate", "api_key_json", "api_keys_router"]
 
 MAX_ENVIRONMENTS = 100  # environments one key may be limited to
 MAX_TTL_S = 10 * 366 * 86_400  # ten years
@@ -44,14 +41,6 @@ class ApiKeyCreate(BaseModel):
     environment_ids: list[EnvironmentId] | None = Field(None, max_length=MAX_ENVIRONMENTS)
     ttl_s: int | None = Field(None, gt=0, le=MAX_TTL_S)
     expires_at: AwareDatetime | None = None
-
-
-def key_status(record: ApiKeyRecord, now: datetime) -> Literal["active", "expired", "revoked"]:
-    if record.revoked_at is not None:
-        return "revoked"
-    if record.expires_at is not None and record.expires_at <= now:
-        return "expired"
-    return "active"
 
 
 def api_key_json(record: ApiKeyRecord, now: datetime) -> dict[str, Any]:
@@ -74,42 +63,28 @@ def api_key_json(record: ApiKeyRecord, now: datetime) -> dict[str, Any]:
     }
 
 
-def api_keys_router(
-    store: Store, clock: Callable[[], datetime], cache: ApiKeyCache | None = None
-) -> APIRouter:
-    """The key routes; a key revoked here is dropped from ``cache`` (the gate's) at once."""
-    router = APIRouter()
+class _ApiKeyRoutes:
+    """The routes, one service call each; every one needs an admin key."""
 
-    @router.post("/v1/api_keys")
-    async def create(body: ApiKeyCreate, caller: CallerDep) -> dict[str, Any]:
+    def __init__(self, service: ApiKeyService) -> None:
+        self._service = service
+
+    async def create(self, body: ApiKeyCreate, caller: CallerDep) -> dict[str, Any]:
         caller.require_admin("creating API keys")
-        now = clock()
-        scope = KeyScope(body.scope)
-        if scope is KeyScope.ADMIN and body.environment_ids is not None:
-            raise InvalidRequest(
-                "environment_ids: admin keys see every environment; limit a read_write or read_only key",
-                param="environment_ids",
-            )
-        if body.ttl_s is not None and body.expires_at is not None:
-            raise InvalidRequest("give ttl_s or expires_at, not both", param="expires_at")
-        expires_at = body.expires_at
-        if body.ttl_s is not None:
-            expires_at = now + timedelta(seconds=body.ttl_s)
-        if expires_at is not None and expires_at <= now:
-            raise InvalidRequest("expires_at: must be in the future", param="expires_at")
-        if body.environment_ids is not None:
-            for environment_id in body.environment_ids:
-                await get_environment(store, environment_id)  # EnvironmentNotFound if unknown
-        key, record = await create_api_key(
-            store, body.name, now, scope=scope, environment_ids=body.environment_ids, expires_at=expires_at
+        command = CreateApiKey(
+            name=body.name,
+            scope=KeyScope(body.scope),
+            environment_ids=body.environment_ids,
+            ttl_s=body.ttl_s,
+            expires_at=body.expires_at,
         )
-        return {**api_key_json(record, now), "key": key}
+        key, record = await self._service.create(command)
+        return {**api_key_json(record, self._service.now()), "key": key}
 
-    @router.get("/v1/api_keys")
-    async def list_(caller: CallerDep) -> dict[str, Any]:
+    async def list_(self, caller: CallerDep) -> dict[str, Any]:
         caller.require_admin("listing API keys")
-        now = clock()
-        data = [api_key_json(r, now) for r in await store.list_api_keys()]
+        now = self._service.now()
+        data = [api_key_json(r, now) for r in await self._service.list_keys()]
         return {
             "data": data,
             "has_more": False,
@@ -117,30 +92,20 @@ def api_keys_router(
             "last_id": data[-1]["id"] if data else None,
         }
 
-    @router.get("/v1/api_keys/{key_id}")
-    async def retrieve(key_id: str, caller: CallerDep) -> dict[str, Any]:
+    async def retrieve(self, key_id: str, caller: CallerDep) -> dict[str, Any]:
         caller.require_admin("reading API keys")
-        return api_key_json(await store.get_api_key(key_id), clock())
+        return api_key_json(await self._service.get(key_id), self._service.now())
 
-    @router.post("/v1/api_keys/{key_id}/revoke")
-    async def revoke(key_id: str, caller: CallerDep) -> dict[str, Any]:
+    async def revoke(self, key_id: str, caller: CallerDep) -> dict[str, Any]:
         caller.require_admin("revoking API keys")
-        now = clock()
-        target = await store.get_api_key(key_id)
-        if target.scope == KeyScope.ADMIN and key_status(target, now) == "active":
-            others = [
-                k
-                for k in await store.list_api_keys()
-                if k.id != key_id and k.scope == KeyScope.ADMIN and key_status(k, now) == "active"
-            ]
-            if not others:
-                raise Conflict(
-                    f"API key {key_id} is the last active admin key; rotate it instead "
-                    "(outpost-control api-keys rotate-admin)"
-                )
-        revoked = await store.revoke_api_key(key_id, now)
-        if cache is not None:
-            cache.forget(key_id)
-        return api_key_json(revoked, now)
+        return api_key_json(await self._service.revoke(key_id), self._service.now())
 
+
+def api_keys_router(service: ApiKeyService) -> APIRouter:
+    routes = _ApiKeyRoutes(service)
+    router = APIRouter()
+    router.add_api_route("/v1/api_keys", routes.create, methods=["POST"])
+    router.add_api_route("/v1/api_keys", routes.list_, methods=["GET"])
+    router.add_api_route("/v1/api_keys/{key_id}", routes.retrieve, methods=["GET"])
+    router.add_api_route("/v1/api_keys/{key_id}/revoke", routes.revoke, methods=["POST"])
     return router

@@ -37,7 +37,7 @@ from control_plane.api.events import events_router
 from control_plane.api.fleet import FleetView
 from control_plane.api.health import ReadinessCheck, health_router
 from control_plane.api.metrics import metrics_router
-from control_plane.api.operations import SandboxGateway, operations_router
+from control_plane.api.operations import operations_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
 from control_plane.api.streaming import StreamSlots
@@ -45,9 +45,11 @@ from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
+from control_plane.keys import ApiKeyService
 from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
 from control_plane.runner import SessionRunner
+from control_plane.sandboxes import SandboxGateway, SandboxService
 from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.sessions.service import SessionService
 from control_plane.store.base import Store
@@ -133,7 +135,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
-def _session_service(services: ApiServices) -> SessionService:
+def _session_service(services: ApiServices, agents: AgentService) -> SessionService:
     tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
     return SessionService(
         services.store,
@@ -142,6 +144,7 @@ def _session_service(services: ApiServices) -> SessionService:
         services.clock,
         tokens=tokens,
         outbound=services.outbound,
+        agents=agents,
     )
 
 
@@ -170,35 +173,7 @@ def create_app(services: ApiServices) -> FastAPI:
 
     app.add_middleware(RequestIdMiddleware)  # outermost
 
-    authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
-    sessions = _session_service(services)
-    # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
-    authed.include_router(
-        events_router(
-            sessions,
-            services.store,
-            services.bus,
-            services.clock,
-            ping_interval_s=services.config.stream_ping_interval_s,
-            streams=StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total),
-        )
-    )
-    fleet = FleetView(services.registry, services.store, services.clock, services.control_plane_id)
-    authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=services.clock))
-    authed.include_router(environments_router(_environment_service(services)))
-    authed.include_router(
-        agents_router(AgentService(services.store, services.clock, outbound=services.outbound)),
-        dependencies=[Depends(unscoped_writes("changing agents"))],
-    )
-    authed.include_router(sessions_router(sessions))
-    authed.include_router(session_resources_router(sessions))
-    authed.include_router(operations_router(services.store, services.registry, services.gateway))
-    authed.include_router(
-        vaults_router(services.vault),
-        dependencies=[Depends(unscoped_writes("changing vaults"))],
-    )
-    authed.include_router(api_keys_router(services.store, services.clock, keys))
-    app.include_router(authed)
+    app.include_router(_authed_routes(services, keys))
     app.include_router(health_router(services.readiness))  # /healthz and /readyz
     # The enrollment token is the credential for enrolling; everything else needs an API key.
     app.include_router(enroll_router(services.enrollment, tunnel_address=services.tunnel_address))
@@ -208,3 +183,31 @@ def create_app(services: ApiServices) -> FastAPI:
     if services.tunnel_ws is not None:  # edges authenticate with a PoP token, not an API key
         app.router.add_websocket_route(WS_TUNNEL_PATH, services.tunnel_ws.handle)
     return app
+
+
+def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
+    """Every route that needs an API key, each family's router on its service."""
+    authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
+    store, clock = services.store, services.clock
+    agents = AgentService(store, clock, outbound=services.outbound)
+    sessions = _session_service(services, agents)
+    # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
+    streams = StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total)
+    ping_s = services.config.stream_ping_interval_s
+    authed.include_router(
+        events_router(sessions, store, services.bus, clock, ping_interval_s=ping_s, streams=streams)
+    )
+    fleet = FleetView(services.registry, store, clock, services.control_plane_id)
+    authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=clock))
+    authed.include_router(environments_router(_environment_service(services)))
+    authed.include_router(agents_router(agents), dependencies=[Depends(unscoped_writes("changing agents"))])
+    authed.include_router(sessions_router(sessions))
+    authed.include_router(session_resources_router(sessions))
+    authed.include_router(
+        operations_router(SandboxService(store, services.registry, services.gateway, clock))
+    )
+    authed.include_router(
+        vaults_router(services.vault), dependencies=[Depends(unscoped_writes("changing vaults"))]
+    )
+    authed.include_router(api_keys_router(ApiKeyService(store, clock, forget=keys.forget)))
+    return authed

@@ -348,44 +348,19 @@ def _utcnow() -> datetime:
 _Rec = TypeVar("_Rec", EdgeRecord, EnrollmentTokenRecord)
 
 
-def operator_router(
-    service: EnrollmentService,
-    *,
-    fleet: FleetView | None = None,
-    clock: Callable[[], datetime] = _utcnow,
-) -> APIRouter:
-    """Operator routes: issue, list and revoke enrollment tokens; list and revoke edges, with their
-    live status from ``fleet`` (none: registry fields only). Mount behind API-key auth."""
-    router = APIRouter(route_class=AnthropicErrorRoute, tags=["edges"])
+class _OperatorRoutes:
+    """The operator routes: enrollment tokens and edges, as far as the caller's key sees them
+    (others are a 404, as if unknown); edges with their live status from ``fleet``."""
 
-    async def visible(
-        caller: Caller, environment_id: str | None, lister: Callable[[str | None], Awaitable[list[_Rec]]]
-    ) -> list[_Rec]:
-        """What ``lister`` lists (of one environment, if given) that the caller's key sees, oldest
-        first; an environment it does not see lists nothing, like an unknown one."""
-        allowed = caller.environment_ids
-        if allowed is None:
-            return await lister(environment_id)
-        if environment_id is not None:
-            return await lister(environment_id) if environment_id in allowed else []
-        found = [r for env in sorted(allowed) for r in await lister(env)]
-        return sorted(found, key=lambda r: (r.created_at, r.id))
+    def __init__(
+        self, service: EnrollmentService, fleet: FleetView | None, clock: Callable[[], datetime]
+    ) -> None:
+        self._service = service
+        self._fleet = fleet
+        self._clock = clock
 
-    async def edge_of(caller: Caller, edge_id: str) -> EdgeRecord:
-        record = await service.get_edge(edge_id)
-        caller.check_environment(record.environment_id, NotFound("edge", edge_id))
-        return record
-
-    async def edge_objects(records: list[EdgeRecord]) -> list[EdgeObject]:
-        live = await fleet.live(records) if fleet is not None else {}
-        return [EdgeObject.from_record(r, live.get(r.id)) for r in records]
-
-    @router.post(
-        "/v1/environments/{environment_id}/enrollment_tokens",
-        response_model=EnrollmentTokenObject,
-        responses=_ERRORS,
-    )
     async def create_enrollment_token(
+        self,
         environment_id: str,
         response: Response,
         caller: CallerDep,
@@ -393,7 +368,7 @@ def operator_router(
     ) -> EnrollmentTokenObject:
         caller.check_environment(environment_id, NotFound("environment", environment_id))
         ttl_s = body.ttl_seconds if body is not None and body.ttl_seconds is not None else 3600.0
-        issued = await service.create_token(environment_id, ttl_s=ttl_s)
+        issued = await self._service.create_token(environment_id, ttl_s=ttl_s)
         response.headers["Cache-Control"] = "no-store"
         return EnrollmentTokenObject(
             id=issued.token_id,
@@ -403,52 +378,99 @@ def operator_router(
             ca_fingerprint=issued.ca_fingerprint,
         )
 
-    @router.get("/v1/enrollment_tokens", response_model=EnrollmentTokenList)
     async def list_enrollment_tokens(
-        caller: CallerDep, environment_id: str | None = None
+        self, caller: CallerDep, environment_id: str | None = None
     ) -> EnrollmentTokenList:
         """Every enrollment token (of one environment), oldest first, with its status; never the
         token itself."""
-        now = clock()
-        records = await visible(caller, environment_id, service.list_tokens)
+        now = self._clock()
+        records = await _visible(caller, environment_id, self._service.list_tokens)
         tokens = [EnrollmentTokenInfo.from_record(r, now) for r in records]
         return EnrollmentTokenList(
-            data=tokens,
-            first_id=tokens[0].id if tokens else None,
-            last_id=tokens[-1].id if tokens else None,
+            data=tokens, first_id=tokens[0].id if tokens else None, last_id=tokens[-1].id if tokens else None
         )
 
-    @router.post(
-        "/v1/enrollment_tokens/{token_id}/revoke",
+    async def revoke_enrollment_token(self, token_id: str, caller: CallerDep) -> EnrollmentTokenInfo:
+        """Withdraw an unused token: it enrolls nothing from now on."""
+        if caller.environment_ids is not None and all(
+            r.id != token_id for r in await _visible(caller, None, self._service.list_tokens)
+        ):
+            raise NotFound("enrollment token", token_id)
+        return EnrollmentTokenInfo.from_record(await self._service.revoke_token(token_id), self._clock())
+
+    async def list_edges(self, caller: CallerDep, environment_id: str | None = None) -> EdgeList:
+        edges = await self._edge_objects(await _visible(caller, environment_id, self._service.list_edges))
+        return EdgeList(
+            data=edges, first_id=edges[0].id if edges else None, last_id=edges[-1].id if edges else None
+        )
+
+    async def get_edge(self, edge_id: str, caller: CallerDep) -> EdgeObject:
+        [edge] = await self._edge_objects([await self._edge_of(caller, edge_id)])
+        return edge
+
+    async def revoke_edge(self, edge_id: str, caller: CallerDep) -> EdgeObject:
+        await self._edge_of(caller, edge_id)
+        [edge] = await self._edge_objects([await self._service.revoke(edge_id)])
+        return edge
+
+    async def _edge_of(self, caller: Caller, edge_id: str) -> EdgeRecord:
+        record = await self._service.get_edge(edge_id)
+        caller.check_environment(record.environment_id, NotFound("edge", edge_id))
+        return record
+
+    async def _edge_objects(self, records: list[EdgeRecord]) -> list[EdgeObject]:
+        live = await self._fleet.live(records) if self._fleet is not None else {}
+        return [EdgeObject.from_record(r, live.get(r.id)) for r in records]
+
+
+async def _visible(
+    caller: Caller, environment_id: str | None, lister: Callable[[str | None], Awaitable[list[_Rec]]]
+) -> list[_Rec]:
+    """What ``lister`` lists (of one environment, if given) that the caller's key sees, oldest
+    first; an environment it does not see lists nothing, like an unknown one."""
+    allowed = caller.environment_ids
+    if allowed is None:
+        return await lister(environment_id)
+    if environment_id is not None:
+        return await lister(environment_id) if environment_id in allowed else []
+    found = [r for env in sorted(allowed) for r in await lister(env)]
+    return sorted(found, key=lambda r: (r.created_at, r.id))
+
+
+def operator_router(
+    service: EnrollmentService,
+    *,
+    fleet: FleetView | None = None,
+    clock: Callable[[], datetime] = _utcnow,
+) -> APIRouter:
+    """Operator routes: issue, list and revoke enrollment tokens; list and revoke edges, with their
+    live status from ``fleet`` (none: registry fields only). Mount behind API-key auth."""
+    routes = _OperatorRoutes(service, fleet, clock)
+    router = APIRouter(route_class=AnthropicErrorRoute, tags=["edges"])
+    add = router.add_api_route
+    tokens = "/v1/enrollment_tokens"
+    add(
+        "/v1/environments/{environment_id}/enrollment_tokens",
+        routes.create_enrollment_token,
+        methods=["POST"],
+        response_model=EnrollmentTokenObject,
+        responses=_ERRORS,
+    )
+    add(tokens, routes.list_enrollment_tokens, methods=["GET"], response_model=EnrollmentTokenList)
+    add(
+        tokens + "/{token_id}/revoke",
+        routes.revoke_enrollment_token,
+        methods=["POST"],
         response_model=EnrollmentTokenInfo,
         responses=_TOKEN_REVOKE_ERRORS,
     )
-    async def revoke_enrollment_token(token_id: str, caller: CallerDep) -> EnrollmentTokenInfo:
-        """Withdraw an unused token: it enrolls nothing from now on."""
-        if caller.environment_ids is not None and all(
-            r.id != token_id for r in await visible(caller, None, service.list_tokens)
-        ):
-            raise NotFound("enrollment token", token_id)
-        return EnrollmentTokenInfo.from_record(await service.revoke_token(token_id), clock())
-
-    @router.get("/v1/edges", response_model=EdgeList, responses=_ERRORS)
-    async def list_edges(caller: CallerDep, environment_id: str | None = None) -> EdgeList:
-        edges = await edge_objects(await visible(caller, environment_id, service.list_edges))
-        return EdgeList(
-            data=edges,
-            first_id=edges[0].id if edges else None,
-            last_id=edges[-1].id if edges else None,
-        )
-
-    @router.get("/v1/edges/{edge_id}", response_model=EdgeObject, responses=_ERRORS)
-    async def get_edge(edge_id: str, caller: CallerDep) -> EdgeObject:
-        [edge] = await edge_objects([await edge_of(caller, edge_id)])
-        return edge
-
-    @router.post("/v1/edges/{edge_id}/revoke", response_model=EdgeObject, responses=_ERRORS)
-    async def revoke_edge(edge_id: str, caller: CallerDep) -> EdgeObject:
-        await edge_of(caller, edge_id)
-        [edge] = await edge_objects([await service.revoke(edge_id)])
-        return edge
-
+    add("/v1/edges", routes.list_edges, methods=["GET"], response_model=EdgeList, responses=_ERRORS)
+    add("/v1/edges/{edge_id}", routes.get_edge, methods=["GET"], response_model=EdgeObject, responses=_ERRORS)
+    add(
+        "/v1/edges/{edge_id}/revoke",
+        routes.revoke_edge,
+        methods=["POST"],
+        response_model=EdgeObject,
+        responses=_ERRORS,
+    )
     return router

@@ -14,14 +14,14 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from control_plane.metadata import apply_metadata_patch, check_metadata  # re-exported for the routers
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     ExecutionIdentityParams,
     McpServerParams,
     ModelConfigParams,
     SkillParams,
     ToolParams,
 )
+from control_plane.metadata import apply_metadata_patch, check_metadata  # re-exported for the routers
 
 __all__ = [
     "MAX_INT",

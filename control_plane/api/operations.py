@@ -10,49 +10,24 @@ answers at once, 503 ``api_error`` with ``details.error_code: edge_unavailable``
 naming the environment and its edge counts (see :mod:`control_plane.api.errors`).
 
 An environment-scoped API key lists only its environments' edges and drives only their
-sandboxes (another environment, or a session of one, is a 404).
+sandboxes (another environment, or a session of one, is a 404). The rules are
+:class:`~control_plane.sandboxes.SandboxService`'s; these routes translate HTTP.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import secrets
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.caller import Caller, CallerDep
 from control_plane.api.wire import timestamp
-from control_plane.edge_counts import count_edges, no_edge_here
-from control_plane.errors import EdgeUnavailable, NotFound
-from control_plane.store.base import Store
-from control_plane.tunnel import EdgeRegistry
-from outpost_wire.results import ToolResult
+from control_plane.environments.commands import Viewer
+from control_plane.sandboxes import ExecCall, SandboxService
 
-__all__ = ["SandboxGateway", "operations_router"]
-
-
-class SandboxGateway(Protocol):
-    """What the sandbox routes need of the hands (``control_plane.tunnel.EdgeGateway`` and the
-    metered one of ``control_plane.metering`` fit)."""
-
-    async def execute(
-        self,
-        session_id: str,
-        environment_id: str,
-        tool: str,
-        tool_input: Mapping[str, Any],
-        *,
-        idempotency_key: str,
-        timeout_s: float | None = None,
-    ) -> ToolResult: ...
-
-    async def destroy(self, session_id: str, environment_id: str) -> bool: ...
-
-    def edge_for_session(self, session_id: str) -> str | None: ...
+__all__ = ["operations_router"]
 
 
 class ExecBody(BaseModel):
@@ -71,70 +46,47 @@ class DestroyBody(BaseModel):
     session_id: str
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
+def _viewer(caller: Caller) -> Viewer:
+    return Viewer(caller.environment_ids)
 
 
-def operations_router(
-    store: Store,
-    registry: EdgeRegistry,
-    gateway: SandboxGateway,
-    clock: Callable[[], datetime] = _utcnow,
-) -> APIRouter:
-    router = APIRouter()
+class _OperationRoutes:
+    """The routes, one service call each."""
 
-    async def sandbox_target(caller: Caller, environment_id: str, session_id: str) -> None:
-        """404 unless the key sees the environment; for an environment-scoped key, the id of a
-        session in another environment is a 404 too."""
-        caller.check_environment(environment_id, NotFound("environment", environment_id))
-        if caller.environment_ids is None:
-            return
-        try:
-            session = await store.get_resource("session", session_id)
-        except NotFound:
-            return  # a sandbox by a name of the operator's own (``exec --session s1``)
-        if session.body.get("environment_id") != environment_id:
-            raise NotFound("session", session_id)
+    def __init__(self, service: SandboxService) -> None:
+        self._service = service
 
-    @router.get("/v1/connected_edges")
-    async def connected(caller: CallerDep, environment_id: str | None = None) -> dict[str, Any]:
-        items = [
-            dataclasses.asdict(s) | {"connected_at": timestamp(s.connected_at)}
-            for s in registry.statuses()
-            if caller.sees_environment(s.environment_id)
-        ]
-        if environment_id:
-            items = [s for s in items if s["environment_id"] == environment_id]
+    async def connected(self, caller: CallerDep, environment_id: str | None = None) -> dict[str, Any]:
+        statuses = self._service.connected_edges(_viewer(caller), environment_id)
+        items = [dataclasses.asdict(s) | {"connected_at": timestamp(s.connected_at)} for s in statuses]
         return {"data": items, "next_page": None}
 
-    @router.post("/v1/sandboxes/exec")
-    async def exec_(body: ExecBody, caller: CallerDep) -> dict[str, Any]:
-        await sandbox_target(caller, body.environment_id, body.session_id)
-        await store.get_resource("environment", body.environment_id)  # 404 if unknown
-        if not registry.for_environment(body.environment_id):
-            # An operator at a terminal: say so now instead of waiting edge_wait_s for an edge.
-            env = body.environment_id
-            counts = await count_edges(store, clock(), environment_id=env)
-            raise EdgeUnavailable(no_edge_here(env, counts[env]), env)
-        result = await gateway.execute(
-            body.session_id,
-            body.environment_id,
-            body.tool,
-            body.input,
-            idempotency_key=body.idempotency_key or "opx_" + secrets.token_hex(12),
+    async def exec_(self, body: ExecBody, caller: CallerDep) -> dict[str, Any]:
+        call = ExecCall(
+            environment_id=body.environment_id,
+            session_id=body.session_id,
+            tool=body.tool,
+            input=body.input,
+            idempotency_key=body.idempotency_key,
             timeout_s=body.timeout_s,
         )
+        result, edge_id = await self._service.execute(call, _viewer(caller))
         return {
             "type": "tool_result",
             "content": result.to_json(),
             "is_error": result.is_error,
-            "edge_id": gateway.edge_for_session(body.session_id),
+            "edge_id": edge_id,
         }
 
-    @router.post("/v1/sandboxes/destroy")
-    async def destroy(body: DestroyBody, caller: CallerDep) -> dict[str, Any]:
-        await sandbox_target(caller, body.environment_id, body.session_id)
-        existed = await gateway.destroy(body.session_id, body.environment_id)
+    async def destroy(self, body: DestroyBody, caller: CallerDep) -> dict[str, Any]:
+        existed = await self._service.destroy(body.environment_id, body.session_id, _viewer(caller))
         return {"type": "sandbox_destroyed", "session_id": body.session_id, "existed": existed}
 
+
+def operations_router(service: SandboxService) -> APIRouter:
+    routes = _OperationRoutes(service)
+    router = APIRouter()
+    router.add_api_route("/v1/connected_edges", routes.connected, methods=["GET"])
+    router.add_api_route("/v1/sandboxes/exec", routes.exec_, methods=["POST"])
+    router.add_api_route("/v1/sandboxes/destroy", routes.destroy, methods=["POST"])
     return router

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.sessions.agent_config import agent_tool_settings
+from control_plane.agents.configuration import agent_tool_settings
 
 __all__ = [
     "AUTO_ALLOWED_TOOLS",
@@ -208,7 +208,7 @@ class AgentSpec:
     @classmethod
     def from_json(cls, agent: Mapping[str, Any]) -> AgentSpec:
         """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
-        resolved by ``control_plane.sessions.agent_config``). Raises ``ValueError`` when there is
+        resolved by ``control_plane.agents.configuration``). Raises ``ValueError`` when there is
         no model id or the tools are not in the resolved form."""
         model = agent.get("model")
         model_id = model.get("id") if isinstance(model, Mapping) else model

@@ -2,7 +2,6 @@
 
 * :mod:`~control_plane.sessions.events` — the closed set of event types, ids, the wire form.
 * :mod:`~control_plane.sessions.input_events` — strict validation of client-sent events.
-* :mod:`~control_plane.sessions.agent_config` — agent configuration models and their resolution.
 * :mod:`~control_plane.sessions.log` — append-and-publish, status and usage read from the log.
 * :mod:`~control_plane.sessions.service` — :class:`SessionService`, the rules of sessions, their
   input events and repositories (the API's routers call it with the typed values of
@@ -12,7 +11,6 @@
 
 from __future__ import annotations
 
-from control_plane.sessions.agent_config import ToolSetting, agent_tool_settings
 from control_plane.sessions.events import (
     DELTA_EVENT_TYPES,
     EVENT_TYPES,
@@ -34,8 +32,6 @@ __all__ = [
     "STREAM_ONLY_TYPES",
     "SessionStatus",
     "StatusView",
-    "ToolSetting",
-    "agent_tool_settings",
     "append_and_publish",
     "event_json",
     "new_event_id",

@@ -3,7 +3,7 @@
 The snapshot is the agent's configuration (:data:`AGENT_CONFIG_FIELDS`, with the defaults the
 agent's view shows) plus ``{"type": "agent", "id", "version"}``, in the shape of the SDK's
 ``BetaManagedAgentsSessionAgent``. Overrides and updates are resolved exactly as an agent's own
-fields are (:mod:`control_plane.sessions.agent_config`): tools again against the servers they use.
+fields are (:mod:`control_plane.agents.configuration`): tools again against the servers they use.
 """
 
 from __future__ import annotations
@@ -12,9 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.outbound import OutboundGuard
-from control_plane.patch import KEEP, Keep  # re-exported: the sessions' name for them
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     McpServerParams,
     ModelConfigParams,
     SkillParams,
@@ -25,6 +23,8 @@ from control_plane.sessions.agent_config import (
     resolve_tools,
     stored_tool_params,
 )
+from control_plane.outbound import OutboundGuard
+from control_plane.patch import KEEP, Keep  # re-exported: the sessions' name for them
 from control_plane.store.base import Resource
 
 __all__ = [

@@ -34,6 +34,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn, Protocol
 
+from control_plane.agents.service import AgentService
 from control_plane.bus import EventBus
 from control_plane.environments.service import get_environment
 from control_plane.errors import (
@@ -113,7 +114,9 @@ class RunnerCalls:
 
 class SessionService:
     """``tokens``: seals repository tokens (``None``: no vault, repositories without a token
-    only). ``outbound``: the check of direct MCP server URLs (default: no private networks)."""
+    only). ``outbound``: the check of direct MCP server URLs (default: no private networks).
+    ``agents``: where a new session's agent is read (default: an :class:`AgentService` on
+    ``store``)."""
 
     def __init__(
         self,
@@ -124,6 +127,7 @@ class SessionService:
         *,
         tokens: RepositoryTokens | None = None,
         outbound: OutboundGuard | None = None,
+        agents: AgentService | None = None,
     ) -> None:
         self._store = store
         self._bus = bus
@@ -131,6 +135,7 @@ class SessionService:
         self._clock = clock
         self._tokens = tokens
         self._outbound = outbound or OutboundGuard()
+        self._agents = agents or AgentService(store, clock, outbound=self._outbound)
 
     # -- sessions --------------------------------------------------------------------------
     async def session(self, session_id: str, viewer: Viewer) -> Resource:
@@ -371,16 +376,8 @@ class SessionService:
         return res
 
     async def _agent_snapshot(self, choice: AgentChoice) -> dict[str, Any]:
-        """The referenced version (latest when omitted) with any overrides; an archived agent
-        starts no session."""
-        latest = await self._store.get_resource("agent", choice.id)
-        if latest.archived_at is not None:
-            raise InvalidRequest(f"agent {choice.id!r} is archived", param="agent")
-        agent = (
-            latest
-            if choice.version is None
-            else await self._store.get_resource("agent", choice.id, choice.version)
-        )
+        """The referenced version (latest when omitted) with any overrides."""
+        agent = await self._agents.for_new_session(choice.id, choice.version)
         return overridden_snapshot(agent, choice.overrides, self._outbound)
 
     async def _changes(

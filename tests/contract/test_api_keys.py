@@ -8,8 +8,8 @@ import pytest
 
 from control_plane.errors import NotFound
 from control_plane.store import ApiKeyRecord, Store
+from tests.support.store_contract import at
 
-from ._support import at
 from .conftest import Backend
 
 SCOPED = ApiKeyRecord(

@@ -9,8 +9,8 @@ import pytest
 
 from control_plane.errors import Conflict, NotFound
 from control_plane.store import EdgeRecord, Store
+from tests.support.store_contract import at
 
-from ._support import at
 from .conftest import Backend
 
 OLD, NEW, NEWER = "a" * 64, "b" * 64, "c" * 64

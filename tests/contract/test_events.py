@@ -9,8 +9,7 @@ import pytest
 
 from control_plane.errors import Fenced, InvalidRequest, SequenceConflict
 from control_plane.store import Event, NewEvent, Order, Store
-
-from ._support import at, new_events
+from tests.support.store_contract import at, new_events
 
 
 async def test_append_assigns_contiguous_seqs_from_one(store: Store) -> None:

@@ -14,8 +14,8 @@ import time
 from collections.abc import Callable
 
 from control_plane.store import Store
+from tests.support.store_contract import at, new_events
 
-from ._support import at, new_events
 from .conftest import Backend
 
 _WAIT_S = 10.0  # generous: the machine is small and other tests run beside this one

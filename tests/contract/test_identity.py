@@ -10,8 +10,7 @@ import pytest
 
 from control_plane.errors import Conflict, InvalidRequest, NotFound, TokenRejected
 from control_plane.store import ApiKeyRecord, EdgeRecord, EnrollmentTokenRecord, Store
-
-from ._support import at
+from tests.support.store_contract import at
 
 TOKEN = EnrollmentTokenRecord(
     id="enr_1", environment_id="env_1", token_hash="a" * 64, created_at=at(0), expires_at=at(600)

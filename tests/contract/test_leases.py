@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from control_plane.store import Lease, Store
-
-from ._support import at
+from tests.support.store_contract import at
 
 
 async def test_acquire_a_free_lease(store: Store) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from control_plane.errors import ControlPlaneError
 from control_plane.store import ApiKeyRecord, EdgeRecord, EnrollmentTokenRecord, NewEvent, Store
+from tests.support.store_contract import at, new_events
 
-from ._support import at, new_events
 from .conftest import Backend
 
 

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from control_plane.store import Store
-
-from ._support import at
+from tests.support.store_contract import at
 
 
 async def test_no_placement_until_one_is_recorded(store: Store) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from control_plane.store import EdgeRecord, Store
-
-from ._support import at
+from tests.support.store_contract import at
 
 
 async def test_no_holder_until_one_is_recorded(store: Store) -> None:

@@ -9,8 +9,7 @@ import pytest
 
 from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
 from control_plane.store import NewEvent, Order, Resource, Store
-
-from ._support import T0, at
+from tests.support.store_contract import T0, at
 
 
 async def test_create_then_get(store: Store) -> None:

@@ -7,8 +7,7 @@ import pytest
 
 from control_plane.errors import InvalidRequest, NotFound, TokenRejected
 from control_plane.store import EnrollmentTokenRecord, Store
-
-from ._support import at, new_events
+from tests.support.store_contract import at, new_events
 
 
 async def _archived_session(store: Store, id: str, archived_s: float, events: int = 3) -> None:

@@ -9,8 +9,7 @@ from pathlib import Path
 from control_plane.store import NewEvent, SqliteConfig, SqliteStore
 from control_plane.store._sqlite_schema import MIGRATIONS, migrate
 from tests.support import eventually
-
-from ._support import at
+from tests.support.store_contract import at
 
 
 def _wal(path: Path) -> Path:

@@ -21,8 +21,7 @@ import control_plane.store
 from control_plane.errors import ControlPlaneError, InvalidRequest
 from control_plane.store import MemoryStore, SqliteStore, open_store
 from control_plane.store._sqlite_schema import MIGRATIONS, SCHEMA_VERSION
-
-from ._support import at, new_events
+from tests.support.store_contract import at, new_events
 
 
 async def test_file_layout_and_modes(tmp_path: Path) -> None:

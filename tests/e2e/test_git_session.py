@@ -20,8 +20,8 @@ import pytest
 
 from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
-from tests.integration.git._git_server import GitHttpServer, git, make_repo
 from tests.support.e2e import Api, text_of
+from tests.support.git_server import GitHttpServer, git, make_repo
 
 pytestmark = pytest.mark.docker
 

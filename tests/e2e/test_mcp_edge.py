@@ -15,7 +15,7 @@ from tests.support.e2e import Api, text_of
 
 pytestmark = pytest.mark.docker
 
-SERVER = Path(__file__).resolve().parents[1] / "integration" / "mcp" / "servers" / "stdio_server.py"
+SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_servers" / "stdio_server.py"
 CANARY = "canary-7f3a1c9e-do-not-leak"
 
 

@@ -18,12 +18,12 @@ from control_plane.model import LocalModelServer, Turn
 from control_plane.model.responders import tool_results_since_prompt
 from control_plane.model.script import ToolUse
 from control_plane.server import ControlPlane
-from tests.integration.mcp.servers.http_server import HttpMcpServer
 from tests.support import eventually
+from tests.support.mcp_servers.http_server import HttpMcpServer
 
 pytestmark = pytest.mark.docker
 
-STDIO_SERVER = Path(__file__).resolve().parents[1] / "integration" / "mcp" / "servers" / "stdio_server.py"
+STDIO_SERVER = Path(__file__).resolve().parents[1] / "support" / "mcp_servers" / "stdio_server.py"
 STDIO_CANARY = "stdio-canary-4b1d9e2a"
 HTTP_CANARY = "http-canary-93c0f7b5"
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from tests.integration.edge_link import PROXY_VARS
 from tests.support import REPO
+from tests.support.edge_link import PROXY_VARS
 
 __all__ = ["edge_cli", "new_token"]
 

@@ -36,11 +36,11 @@ from edge_agent.renew import (
 )
 from outpost_wire.errors import ErrorCode
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import make_dialer, running_link
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.support import eventually
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import make_dialer, running_link
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -20,9 +20,9 @@ from control_plane.admin_key import ADMIN_KEY_FILE
 from control_plane.api.auth import KEY_CACHE_TTL_S
 from control_plane.cli import main
 from control_plane.server import ControlPlane
-from tests.integration.edge_link import control_plane_config
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.support import eventually
+from tests.support.edge_link import control_plane_config
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

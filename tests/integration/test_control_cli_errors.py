@@ -28,7 +28,7 @@ from control_plane import cli, cli_client, server
 from control_plane.cli import main
 from control_plane.server import ControlPlane
 from outpost_wire.cli_support import EXIT_FAILURE, EXIT_OK, EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
-from tests.integration.edge_link import control_plane_config
+from tests.support.edge_link import control_plane_config
 
 REPO = Path(__file__).resolve().parents[2]
 

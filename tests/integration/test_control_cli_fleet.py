@@ -34,14 +34,14 @@ from control_plane.model import LocalModelServer, Script
 from control_plane.server import ControlPlane
 from edge_agent.enroll import EnrollmentError, register
 from edge_agent.identity import generate_key_and_csr
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     control_plane_config,
     make_dialer,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

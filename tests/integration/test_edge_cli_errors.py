@@ -22,9 +22,9 @@ from edge_agent.connection.dialer import endpoints_for
 from edge_agent.identity import Identity
 from outpost_wire.cli_support import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE
 from tests.integration.edge_cli import edge_cli, new_token
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -17,11 +17,11 @@ from control_plane.server import ControlPlane
 from edge_agent.enroll import register, render_config
 from edge_agent.identity import Identity
 from tests.integration.edge_cli import edge_cli, new_token
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import make_dialer, running_link
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.tunnel_ws._connect_proxy import ConnectProxy
+from tests.support.connect_proxy import ConnectProxy
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import make_dialer, running_link
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -19,11 +19,11 @@ import pytest
 from control_plane.server import ControlPlane
 from outpost_wire.cli_support import EXIT_REFUSED
 from tests.integration.edge_cli import edge_cli, new_token
-from tests.integration.edge_link import PROXY_VARS, api_client, running_control_plane
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.support import REPO, eventually
+from tests.support.edge_link import PROXY_VARS, api_client, running_control_plane
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = [pytest.mark.docker, pytest.mark.usefixtures("no_ambient_proxy")]
 

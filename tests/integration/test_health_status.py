@@ -32,15 +32,15 @@ from edge_agent.enroll import register
 from edge_agent.identity import Identity
 from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.status import status_document
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     make_dialer,
     running_link,
 )
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

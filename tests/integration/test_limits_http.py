@@ -15,7 +15,7 @@ import pytest
 
 from control_plane.api.auth import create_api_key
 from control_plane.server import ControlPlane
-from tests.integration.edge_link import api_client, running_control_plane
+from tests.support.edge_link import api_client, running_control_plane
 
 
 async def _session(api: httpx.AsyncClient) -> str:

@@ -18,14 +18,14 @@ from edge_agent.identity import Identity
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Execute, Failure, Outcome, Request
 from outpost_wire.results import ImageBlock, TextBlock, ToolResult
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     make_dialer,
     running_control_plane,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

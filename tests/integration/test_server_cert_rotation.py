@@ -17,13 +17,13 @@ from control_plane.server import ControlPlane
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
 from outpost_wire.files import write_atomic
-from tests.integration.edge_link import (
+from tests.support.edge_link import (
     api_client,
     make_dialer,
     running_control_plane,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -20,8 +20,8 @@ from control_plane.bus import EventBus
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
-from tests.integration.api._support import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow
 from tests.support import eventually
+from tests.support.api_app import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from control_plane.api.auth import create_api_key
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
-from tests.integration.api._support import FakeRunner, utcnow
+from tests.support.api_app import FakeRunner, utcnow
 
 FUZZ = settings(
     max_examples=150,

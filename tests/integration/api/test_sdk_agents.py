@@ -9,7 +9,7 @@ import anthropic
 import pytest
 from anthropic.types.beta.beta_managed_agents_agent import BetaManagedAgentsAgent
 
-from tests.integration.api._support import Api, assert_complete
+from tests.support.api_app import Api, assert_complete
 
 
 async def test_create_resolves_configuration(api: Api) -> None:

@@ -17,7 +17,7 @@ import pytest
 from control_plane.api.auth import create_api_key
 from control_plane.api.caller import KeyScope
 from outpost_wire.logfmt import ContextFilter, PlainFormatter
-from tests.integration.api._support import Api, utcnow
+from tests.support.api_app import Api, utcnow
 
 MESSAGE = [{"type": "user.message", "content": [{"type": "text", "text": "hi"}]}]
 
@@ -62,6 +62,13 @@ async def test_environment_scoped_key_sees_only_its_environment(api: Api) -> Non
             assert "not found" in str(caught.value)
         with pytest.raises(anthropic.NotFoundError):
             [e async for e in client.beta.sessions.events.list(theirs.id)]
+        with pytest.raises(anthropic.NotFoundError):
+            [r async for r in client.beta.sessions.resources.list(theirs.id)]
+        # a bad query is a 400 before the session is looked up: the same answer as for its own
+        # session, so neither reveals whether the other environment's session exists
+        for sid in (mine.id, theirs.id):
+            with pytest.raises(anthropic.BadRequestError, match="limit"):
+                await client.beta.sessions.resources.list(sid, limit=0)
         with pytest.raises(anthropic.NotFoundError):
             async with await client.beta.sessions.events.stream(theirs.id):
                 pass

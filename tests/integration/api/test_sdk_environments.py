@@ -9,7 +9,7 @@ from anthropic.types.beta.beta_environment import BetaEnvironment
 from anthropic.types.beta.beta_environment_archived_error import BetaEnvironmentArchivedError
 from anthropic.types.beta.beta_environment_not_found_error import BetaEnvironmentNotFoundError
 
-from tests.integration.api._support import Api, assert_complete
+from tests.support.api_app import Api, assert_complete
 
 
 async def test_lifecycle(api: Api) -> None:

@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from tests.integration.api._support import MAX_BODY_BYTES, Api
+from tests.support.api_app import MAX_BODY_BYTES, Api
 
 MESSAGE = {"type": "user.message", "content": [{"type": "text", "text": "hi"}]}
 
@@ -144,6 +144,10 @@ async def test_limits_and_types_in_queries(api: Api) -> None:
         await api.client.beta.agents.list(limit=101)
     with pytest.raises(anthropic.BadRequestError, match="limit"):
         await api.client.beta.sessions.list(limit=0)
+    # a bad page token is a 400 with every filter, memory_store_id too (no session matches that yet)
+    with pytest.raises(anthropic.BadRequestError, match="page"):
+        await api.client.beta.sessions.list(extra_query={"memory_store_id": "memstore_x", "page": "garbage"})
+    assert (await api.client.beta.sessions.list(extra_query={"memory_store_id": "memstore_x"})).data == []
     with pytest.raises(anthropic.BadRequestError):
         await api.client.beta.agents.retrieve("agent_x", version=0)
 

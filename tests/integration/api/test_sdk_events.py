@@ -14,7 +14,7 @@ from anthropic.types.beta.sessions.beta_managed_agents_send_session_events impor
 
 from control_plane.sessions.events import new_event_id
 from control_plane.store.base import NewEvent
-from tests.integration.api._support import Api, assert_valid
+from tests.support.api_app import Api, assert_valid
 
 TEXT = [{"type": "text", "text": "hello"}]
 

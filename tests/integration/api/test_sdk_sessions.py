@@ -14,7 +14,7 @@ from anthropic.types.beta.beta_managed_agents_session_updated_event import (
 
 from control_plane.sessions.events import new_event_id
 from control_plane.store.base import NewEvent
-from tests.integration.api._support import Api, assert_complete, assert_valid
+from tests.support.api_app import Api, assert_complete, assert_valid
 
 
 async def _set_status(api: Api, session_id: str, event_type: str) -> None:

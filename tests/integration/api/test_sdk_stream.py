@@ -14,8 +14,8 @@ import pytest
 
 from control_plane.sessions.events import new_event_id
 from control_plane.store.base import NewEvent
-from tests.integration.api._support import Api, assert_valid
 from tests.support import eventually
+from tests.support.api_app import Api, assert_valid
 
 TIMEOUT_S = 10
 

@@ -12,7 +12,7 @@ from control_plane.harness import HarnessConfig
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
-from tests.integration.edge_link import api_client, control_plane_config
+from tests.support.edge_link import api_client, control_plane_config
 
 
 @pytest.fixture

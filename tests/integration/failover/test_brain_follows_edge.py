@@ -22,15 +22,15 @@ from control_plane.server import ControlPlane
 from edge_agent.connection import Dialer
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     connected_edges,
     control_plane_config,
     make_dialer,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

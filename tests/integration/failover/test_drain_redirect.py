@@ -19,15 +19,15 @@ from control_plane.server import ControlPlane
 from edge_agent.connection import Dialer
 from edge_agent.connection.dialer import Endpoint
 from edge_agent.identity import Identity
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     FakeHandler,
     api_client,
     connected_edges,
     make_dialer,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 MOVE_WITHIN_S = 3.0  # far below drain_grace_s: the edge must not wait for A to close its tunnel
 

@@ -19,10 +19,10 @@ from edge_agent.identity import Identity
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.frames import Destroy, Destroyed, Execute, Failure, Outcome, Provision, Provisioned, Request
 from outpost_wire.results import ToolResult
-from tests.integration.edge_link import api_client, make_dialer, running_link
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.support import eventually
+from tests.support.edge_link import api_client, make_dialer, running_link
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -16,9 +16,9 @@ from control_plane.store.base import EdgeRecord
 from control_plane.tunnel.recheck import refusal_reason
 from edge_agent.connection.link import LinkState
 from edge_agent.identity import Identity
-from tests.integration.edge_link import api_client, connected_edges, make_dialer, running_link
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
 from tests.support import eventually
+from tests.support.edge_link import api_client, connected_edges, make_dialer, running_link
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -14,7 +14,7 @@ from control_plane.server import ControlPlane
 from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -19,15 +19,15 @@ import pytest
 from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
-from tests.integration.edge_link import (
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     connected_edges,
     control_plane_config,
     make_dialer,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

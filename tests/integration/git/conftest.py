@@ -10,11 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _git_server import GitHttpServer, make_repo
 
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from tests.integration.git._git_support import CANARY, EDGE_PREFIX, IMAGE, Edge, limits
 from tests.support.docker_engine import destroy_all_sandboxes, docker_for_tests
+from tests.support.git_server import GitHttpServer, make_repo
 
 _counter = itertools.count(1)
 

@@ -13,7 +13,7 @@ import pytest
 
 from control_plane.sessions.repositories import RESOURCE_KIND
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories
-from tests.integration.vault.vault_app import VaultApi, running_vault_api
+from tests.support.vault_app import VaultApi, running_vault_api
 
 TOKEN = "canary-sdk-token-77e1c0"
 ROTATED = "canary-sdk-rotated-2a90"

@@ -11,7 +11,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from _git_server import GitHttpServer, git
 
 from edge_agent.errors import (
     RepositoryAuthenticationFailed,
@@ -23,6 +22,7 @@ from edge_agent.errors import (
 from edge_agent.git import GitCloner, GitCredential, RepositoryPolicy, parse_remote
 from outpost_wire.frames import Repository
 from tests.integration.git._git_support import CANARY, LOOPBACK_REPOS
+from tests.support.git_server import GitHttpServer, git
 
 RELAY = "http://10.0.0.1:3128/git/session-token/sesrsc_1"
 

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _git_server import GitHttpServer, git, upstream_commit
 
 from edge_agent.dispatch import Dispatcher
 from edge_agent.git import GitConfig, GitCredentialConfig
@@ -25,6 +24,7 @@ from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Egress, Execute, Failure, Provision, Provisioned, Repository, Request
 from outpost_wire.results import ToolResult
 from tests.integration.git._git_support import CANARY, Edge
+from tests.support.git_server import GitHttpServer, git, upstream_commit
 
 pytestmark = pytest.mark.docker
 

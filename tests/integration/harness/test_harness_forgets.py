@@ -8,7 +8,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from harness_support import (
+
+from control_plane.bus import EventBus
+from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.model import LocalModelServer, Script
+from control_plane.store import SqliteStore
+from tests.support import eventually
+from tests.support.harness import (
     FAST,
     FakeGateway,
     create_session,
@@ -18,12 +24,6 @@ from harness_support import (
     utcnow,
     wait_for_events,
 )
-
-from control_plane.bus import EventBus
-from control_plane.harness import AnthropicModelClient, Harness
-from control_plane.model import LocalModelServer, Script
-from control_plane.store import SqliteStore
-from tests.support import eventually
 
 SESSIONS = 12
 

@@ -14,7 +14,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from harness_support import (
+
+from control_plane.bus import EventBus
+from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
+from control_plane.harness import events as ev
+from control_plane.model import LocalModelServer, RecordedRequest, Script, Turn
+from control_plane.store import SqliteStore
+from tests.support import eventually
+from tests.support.harness import (
     FakeGateway,
     create_session,
     idle_count,
@@ -23,13 +30,6 @@ from harness_support import (
     utcnow,
     wait_for_events,
 )
-
-from control_plane.bus import EventBus
-from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, RecordedRequest, Script, Turn
-from control_plane.store import SqliteStore
-from tests.support import eventually
 
 SHORT_LEASE = HarnessConfig(
     lease_ttl_s=0.6,

@@ -10,7 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness_support import (
+
+from control_plane.bus import Delta, EventBus, Persisted
+from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
+from control_plane.harness import events as ev
+from control_plane.model import LocalModelServer, Script, ToolUse, Turn
+from control_plane.store import SqliteStore
+from control_plane.tunnel import SandboxMove
+from tests.support import eventually
+from tests.support.harness import (
     FAST,
     FakeGateway,
     create_session,
@@ -22,14 +30,6 @@ from harness_support import (
     utcnow,
     wait_for_events,
 )
-
-from control_plane.bus import Delta, EventBus, Persisted
-from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, Script, ToolUse, Turn
-from control_plane.store import SqliteStore
-from control_plane.tunnel import SandboxMove
-from tests.support import eventually
 
 
 @pytest.fixture

@@ -17,7 +17,15 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
-from harness_support import (
+
+from control_plane.bus import EventBus
+from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
+from control_plane.harness import events as ev
+from control_plane.model import LocalModelServer, Script, Turn
+from control_plane.store import SqliteStore
+from control_plane.store.base import Store
+from tests.support import eventually
+from tests.support.harness import (
     ENV,
     FakeGateway,
     create_session,
@@ -28,14 +36,6 @@ from harness_support import (
     utcnow,
     wait_for_events,
 )
-
-from control_plane.bus import EventBus
-from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, Script, Turn
-from control_plane.store import SqliteStore
-from control_plane.store.base import Store
-from tests.support import eventually
 
 FAST = {
     "lease_ttl_s": 3.0,

@@ -9,7 +9,7 @@ from typing import Any
 
 from edge_agent.mcp import McpPolicy, McpServerConfig
 
-STDIO_SERVER = Path(__file__).parent / "servers" / "stdio_server.py"
+STDIO_SERVER = Path(__file__).resolve().parents[2] / "support" / "mcp_servers" / "stdio_server.py"
 IDENTITY = "dummy-identity-4711"  # what the stdio server's whoami reads from its environment
 TOKEN = "test-bearer-token-8d1f3a"  # the HTTP server's bearer token (a dummy)
 

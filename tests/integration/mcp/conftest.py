@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 from _mcp_support import IDENTITY, TOKEN, write_secret
-from servers.http_server import HttpMcpServer
+
+from tests.support.mcp_servers.http_server import HttpMcpServer
 
 
 @pytest.fixture

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 from _mcp_support import TOKEN, allow, http_config, write_secret
-from servers.http_server import HttpMcpServer
 
 from control_plane.enroll.ca import CertificateAuthority
 from edge_agent.mcp import McpConnectionFailed, McpHub, McpServerNotAllowed, ServerStatus, TextBlock
 from tests.support import eventually
+from tests.support.mcp_servers.http_server import HttpMcpServer
 
 
 def _status(hub: McpHub, name: str) -> ServerStatus:

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 from _mcp_support import IDENTITY, TOKEN, allow, http_config, stdio_config, write_secret
-from servers.http_server import HttpMcpServer
 
 from edge_agent.mcp import McpCatalog, McpConnectionFailed, McpHub, McpServerConfig, ServerStatus
 from tests.support import eventually
+from tests.support.mcp_servers.http_server import HttpMcpServer
 
 
 def _configs(http_server: HttpMcpServer, token_file: Path, identity_file: Path) -> list[McpServerConfig]:

@@ -1,4 +1,4 @@
-"""The hub against a real stdio MCP server (tests/integration/mcp/servers/stdio_server.py)."""
+"""The hub against a real stdio MCP server (tests/support/mcp_servers/stdio_server.py)."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from control_plane.errors import EdgeUnavailable, GatewayDraining
 from control_plane.store.base import Store
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
-from tests.integration.harness.harness_support import (
+from tests.support.harness import (
     idle_count,
     send,
     send_message,

@@ -23,6 +23,13 @@ from mcp_cp_support import (
 )
 from pydantic import TypeAdapter
 
+from control_plane.agents.configuration import (
+    McpServerParams,
+    ToolParams,
+    resolve_mcp_servers,
+    resolve_model,
+    resolve_tools,
+)
 from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
 from control_plane.harness import events as ev
@@ -35,13 +42,6 @@ from control_plane.model.responders import (
     tool_results_since_prompt,
 )
 from control_plane.outbound import OutboundGuard
-from control_plane.sessions.agent_config import (
-    McpServerParams,
-    ToolParams,
-    resolve_mcp_servers,
-    resolve_model,
-    resolve_tools,
-)
 from control_plane.store import SqliteStore
 from control_plane.store.base import Event
 from outpost_wire.results import ToolResult

@@ -17,8 +17,8 @@ from control_plane.cli import main
 from control_plane.config import ControlPlaneConfig
 from control_plane.store import ApiKeyRecord, EdgeRecord, EnrollmentTokenRecord, SqliteStore
 from control_plane.store.postgres import SCHEMA_VERSION, PostgresStore
-from tests.contract._support import at, new_events
 from tests.support.pg import PG_URL, drop_schema, new_schema, pg_config
+from tests.support.store_contract import at, new_events
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ import pytest
 from control_plane.errors import ControlPlaneError, Fenced
 from control_plane.store import NewEvent, StoreOptions, mask_url, open_store
 from control_plane.store.postgres import SCHEMA_VERSION, PostgresConfig, PostgresStore, migrate
-from tests.contract._support import at, new_events
 from tests.support.pg import drop_schema, new_schema, pg_config
+from tests.support.store_contract import at, new_events
 
 _WAIT_S = 20.0  # generous: the machine is small and other tests run beside this one
 

@@ -28,15 +28,15 @@ from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import EnrollmentError, register
 from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from tests.integration.edge_link import (
+from tests.integration.tunnel_ws._ws_support import connected_edges, self_signed_edge_cert
+from tests.support import eventually
+from tests.support.edge_link import (
     api_client,
     make_dialer,
     running_control_plane,
     running_link,
 )
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.tunnel_ws._ws_support import connected_edges, self_signed_edge_cert
-from tests.support import eventually
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

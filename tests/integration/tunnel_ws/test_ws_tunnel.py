@@ -25,13 +25,13 @@ from edge_agent.connection.ws_transport import tunnel_ws_url
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
 from outpost_wire.pop import AUTH_SCHEME, audience_for, create_token
-from tests.integration.edge_link import api_fixture as api_fixture
-from tests.integration.edge_link import cp_fixture as cp_fixture
-from tests.integration.edge_link import make_dialer, running_link
-from tests.integration.edge_link import no_ambient_proxy as no_ambient_proxy
-from tests.integration.tunnel_ws._connect_proxy import ConnectProxy
 from tests.integration.tunnel_ws._ws_support import connected_edges, self_signed_edge_cert
 from tests.support import eventually
+from tests.support.connect_proxy import ConnectProxy
+from tests.support.edge_link import api_fixture as api_fixture
+from tests.support.edge_link import cp_fixture as cp_fixture
+from tests.support.edge_link import make_dialer, running_link
+from tests.support.edge_link import no_ambient_proxy as no_ambient_proxy
 
 pytestmark = pytest.mark.usefixtures("no_ambient_proxy")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.vault.vault_app import VaultApi, running_vault_api
+from tests.support.vault_app import VaultApi, running_vault_api
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import pytest
 from anthropic.types.beta.beta_managed_agents_vault import BetaManagedAgentsVault
 from anthropic.types.beta.vaults import BetaManagedAgentsCredential, BetaManagedAgentsCredentialValidation
 
-from tests.integration.api._support import assert_complete, assert_valid
-from tests.integration.vault.vault_app import VaultApi
+from tests.support.api_app import assert_complete, assert_valid
+from tests.support.vault_app import VaultApi
 
 MCP_URL = "https://mcp.example.com/mcp"
 OAUTH_MCP_URL = "https://oauth-mcp.example.com/mcp"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from control_plane.agents.commands import AgentQuery, CreateAgent, UpdateAgent
+from control_plane.agents.configuration import CustomToolParams, ModelConfigParams
 from control_plane.agents.service import AgentService
 from control_plane.errors import Conflict, InvalidRequest, VersionConflict
-from control_plane.sessions.agent_config import CustomToolParams, ModelConfigParams
 from control_plane.store import MemoryStore
 from control_plane.store.base import Resource
 
@@ -171,3 +171,15 @@ async def test_listing_leaves_archived_agents_out_unless_asked() -> None:
     assert first.next_cursor is not None
     rest = await agents.list_agents(AgentQuery(limit=1, cursor=first.next_cursor, include_archived=True))
     assert [r.id for r in rest.items] == [kept.id]
+
+
+async def test_the_version_a_new_session_snapshots() -> None:
+    agents = service()
+    first = await agents.create(CreateAgent(name="coder", model="claude-opus-4-8", system="v1"))
+    await agents.update(first.id, UpdateAgent(system="v2"))
+    assert (await agents.for_new_session(first.id, None)).body["system"] == "v2"
+    assert (await agents.for_new_session(first.id, 1)).body["system"] == "v1"
+    await agents.archive(first.id)
+    with pytest.raises(InvalidRequest, match="archived") as refused:  # no version of it starts one
+        await agents.for_new_session(first.id, 1)
+    assert refused.value.param == "agent"

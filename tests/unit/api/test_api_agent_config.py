@@ -7,8 +7,7 @@ from typing import Any
 import pytest
 from pydantic import TypeAdapter
 
-from control_plane.errors import InvalidRequest
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     AGENT_TOOL_NAMES,
     McpServerParams,
     ModelConfigParams,
@@ -20,6 +19,7 @@ from control_plane.sessions.agent_config import (
     resolve_skills,
     resolve_tools,
 )
+from control_plane.errors import InvalidRequest
 
 TOOLS = TypeAdapter(list[ToolParams])
 SERVERS = TypeAdapter(list[McpServerParams])

@@ -13,6 +13,7 @@ from control_plane.api.api_keys import api_keys_router
 from control_plane.api.auth import ApiKeyAuth, ApiKeyCache, ApiKeyGate, check_key, create_api_key, hash_key
 from control_plane.api.caller import KeyScope
 from control_plane.api.errors import install_error_handlers
+from control_plane.keys import ApiKeyService
 from control_plane.store import ApiKeyRecord, MemoryStore
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -101,7 +102,8 @@ async def test_a_key_revoked_through_the_api_is_refused_at_once() -> None:
         install_error_handlers(app)
         app.add_middleware(ApiKeyGate, store=store, cache=cache)
         app.include_router(
-            api_keys_router(store, lambda: NOW, cache), dependencies=[Depends(ApiKeyAuth(store, cache=cache))]
+            api_keys_router(ApiKeyService(store, lambda: NOW, forget=cache.forget)),
+            dependencies=[Depends(ApiKeyAuth(store, cache=cache))],
         )
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://test") as http:

@@ -13,7 +13,7 @@ from control_plane.api.health import ReadinessCheck
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.memory import MemoryStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
-from tests.integration.api._support import utcnow
+from tests.support.api_app import utcnow
 
 
 def _app(tmp_path: Path, store: MemoryStore, readiness: dict[str, ReadinessCheck]) -> httpx.AsyncClient:

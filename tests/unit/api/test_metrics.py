@@ -17,7 +17,7 @@ from control_plane.metering import ControlPlaneMetrics, MeteredGateway
 from control_plane.store.memory import MemoryStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
 from outpost_wire.version import SOFTWARE_VERSION
-from tests.integration.api._support import utcnow
+from tests.support.api_app import utcnow
 
 
 def test_exports() -> None:

@@ -10,18 +10,18 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from control_plane.harness import events as ev
-from control_plane.harness.agent import AgentSpec
-from control_plane.harness.mcp_offer import McpOffer
-from control_plane.harness.step import model_output_events
-from control_plane.mcp.models import McpToolInfo, ServerTools
-from control_plane.sessions.agent_config import (
+from control_plane.agents.configuration import (
     McpServerParams,
     ToolParams,
     resolve_mcp_servers,
     resolve_model,
     resolve_tools,
 )
+from control_plane.harness import events as ev
+from control_plane.harness.agent import AgentSpec
+from control_plane.harness.mcp_offer import McpOffer
+from control_plane.harness.step import model_output_events
+from control_plane.mcp.models import McpToolInfo, ServerTools
 from control_plane.store.base import Event
 
 T0 = datetime(2026, 4, 1, 12, 0, 0, tzinfo=UTC)

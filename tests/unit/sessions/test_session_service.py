@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from control_plane.agents.configuration import CustomToolParams, resolve_model
 from control_plane.bus import EventBus, Persisted
 from control_plane.errors import (
     Conflict,
@@ -21,7 +22,6 @@ from control_plane.errors import (
     NotFound,
     VersionConflict,
 )
-from control_plane.sessions.agent_config import CustomToolParams, resolve_model
 from control_plane.sessions.agent_snapshot import AgentChange, AgentOverrides
 from control_plane.sessions.commands import (
     AgentChoice,

@@ -23,7 +23,7 @@ from control_plane.vault import (
     VaultService,
 )
 from control_plane.vault.params import CredentialUpdate, VaultCreate
-from tests.unit.vault._vault_support import Clock, env_var, mcp_oauth, static_bearer
+from tests.support.vault import Clock, env_var, mcp_oauth, static_bearer
 
 LEASE_TTL_S = 30
 MCP_URL = "https://mcp.example.com/mcp"

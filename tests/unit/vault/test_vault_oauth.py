@@ -20,7 +20,7 @@ from control_plane.vault.oauth import scrub
 from control_plane.vault.params import VaultCreate
 from control_plane.vault.service import CREDENTIAL_KIND
 from tests.support import eventually
-from tests.unit.vault._vault_support import (
+from tests.support.vault import (
     Clock,
     TokenEndpoint,
     mcp_oauth,

@@ -15,7 +15,7 @@ from control_plane.store import MemoryStore
 from control_plane.vault import DecryptionFailed, FileKek, Keyring, VaultService
 from control_plane.vault.params import CredentialUpdate, VaultCreate, VaultUpdate
 from control_plane.vault.service import CREDENTIAL_KIND, MAX_CREDENTIALS_PER_VAULT, ROTATION_KIND
-from tests.unit.vault._vault_support import Clock, env_var, mcp_oauth, static_bearer
+from tests.support.vault import Clock, env_var, mcp_oauth, static_bearer
 
 
 @pytest.fixture

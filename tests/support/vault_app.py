@@ -23,9 +23,9 @@ from control_plane.outbound import OutboundGuard
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
-from tests.integration.api._support import utcnow
 from tests.support import eventually
-from tests.unit.vault._vault_support import TokenEndpoint, token_endpoint
+from tests.support.api_app import utcnow
+from tests.support.vault import TokenEndpoint, token_endpoint
 
 
 @dataclass
