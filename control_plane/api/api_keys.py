@@ -23,10 +23,10 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from control_plane.api.auth import ApiKeyCache, create_api_key
 from control_plane.api.caller import CallerDep, KeyScope
 from control_plane.api.models import Name
-from control_plane.api.wire import timestamp
 from control_plane.environments.service import get_environment
 from control_plane.errors import Conflict, InvalidRequest
 from control_plane.store.base import ApiKeyRecord, Store
+from control_plane.timestamps import timestamp
 
 __all__ = ["MAX_ENVIRONMENTS", "MAX_TTL_S", "ApiKeyCreate", "api_key_json", "api_keys_router", "key_status"]
 

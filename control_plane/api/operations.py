@@ -25,10 +25,10 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.caller import Caller, CallerDep
-from control_plane.api.wire import timestamp
 from control_plane.edge_counts import count_edges, no_edge_here
 from control_plane.errors import EdgeUnavailable, NotFound
 from control_plane.store.base import Store
+from control_plane.timestamps import timestamp
 from control_plane.tunnel import EdgeRegistry
 from outpost_wire.results import ToolResult
 

@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer, Turn
 from tests.integration.edge_link import (
     api_client,
     connected_edges,

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from control_plane.harness import HarnessConfig
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.sessions.agent_config import ToolParams, resolve_model, resolve_tools
 from control_plane.store.base import Event, NewEvent, Store
 from outpost_wire.results import ToolResult
