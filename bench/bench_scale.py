@@ -11,7 +11,7 @@
 Processes, all on loopback, all started by this script and stopped (and their temp dir removed)
 at the end, on an error or on Ctrl-C / SIGTERM:
 
-* the local Messages-API server (``control_plane.model``) with a responder that answers a prompt
+* the local Messages-API server (``scripted_model``) with a responder that answers a prompt
   starting ``tool:`` with one ``bash`` tool_use (then, given its result, a text) and any other
   prompt with a text;
 * R ``outpost-control serve`` replicas on one store, each with ``harness.follow_tunnels``: the
@@ -131,8 +131,8 @@ def _die_with_parent() -> None:
 
 def bench_responder(request: Mapping[str, Any]) -> Any:
     """``tool: ...`` prompts: one bash call, then a text quoting its result; others: a text."""
-    from control_plane.model.responders import last_prompt_text, tool_result_text, tool_results_since_prompt
-    from control_plane.model.script import ToolUse, Turn
+    from scripted_model.responders import last_prompt_text, tool_result_text, tool_results_since_prompt
+    from scripted_model.script import ToolUse, Turn
 
     prompt = last_prompt_text(request) or ""
     results = tool_results_since_prompt(request)
@@ -144,7 +144,7 @@ def bench_responder(request: Mapping[str, Any]) -> Any:
 
 
 async def serve_model() -> None:
-    from control_plane.model import LocalModelServer
+    from scripted_model import LocalModelServer
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

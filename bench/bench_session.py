@@ -34,9 +34,9 @@ import yaml
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
-from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer, Turn
 
 
 def pct(samples: list[float], p: float) -> float:

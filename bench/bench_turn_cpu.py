@@ -5,7 +5,7 @@
 Three processes on loopback, so that the control plane's CPU time is its own:
 
 * ``outpost-control serve`` (SQLite store, no edge: the turns are text only, no sandbox);
-* the local Messages-API server (``python -m control_plane.model.local_server --script echo``);
+* the local Messages-API server (``python -m scripted_model.local_server --script echo``);
 * this process: K sessions driven concurrently by the official async ``anthropic`` SDK. Each
   session keeps one event stream open and, ``--turns`` times, sends a ``user.message`` and waits
   for ``session.status_idle`` on its stream.
@@ -274,7 +274,7 @@ def measure(args: argparse.Namespace, cp_root: Path, pin_cp: list[str]) -> dict[
         work = Path(tmp)
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         model = subprocess.Popen(
-            [sys.executable, "-m", "control_plane.model.local_server", "--port", "0", "--script", "echo",
+            [sys.executable, "-m", "scripted_model.local_server", "--port", "0", "--script", "echo",
              "--keep-alive-s", "75"],
             stdout=subprocess.PIPE, text=True, env=env, cwd=ROOT,
         )  # fmt: skip

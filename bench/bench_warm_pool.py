@@ -40,10 +40,10 @@ import httpx
 import yaml
 
 from control_plane.config import ControlPlaneConfig
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import tool_results_since_prompt
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import tool_results_since_prompt
 
 
 def pct(samples: list[float], p: float) -> float:

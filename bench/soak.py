@@ -7,7 +7,7 @@ Runs ``outpost-control serve`` and two ``outpost-edge run`` as subprocesses, enr
 operator CLIs, with no timing setting changed: only addresses, directories and each edge's
 transport (edge-a ``grpc``, edge-b ``websocket``; the default ``auto`` would move a gRPC edge onto
 the WebSocket tunnel, around its relay). The control plane's model is the local Messages-API
-server (:mod:`control_plane.model.server`), run in this process. Each edge has its own
+server (:mod:`scripted_model.server`), run in this process. Each edge has its own
 environment, and reaches the control plane through a TCP relay in this process (edge-a: the
 tunnel port; edge-b: the API port, which carries the WebSocket tunnel).
 
@@ -68,8 +68,8 @@ import docker
 import httpx
 import yaml
 
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import last_prompt_text, tool_result_text, tool_results_since_prompt
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import last_prompt_text, tool_result_text, tool_results_since_prompt
 
 BIN = Path(sys.executable).parent
 EDGES = ("edge-a", "edge-b")

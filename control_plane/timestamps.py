@@ -1,7 +1,7 @@
 """Timestamps as the API and the stored views spell them.
 
 Below both the HTTP layer (``control_plane.api``) and the domain (sessions, vault …): either may
-import it. ``control_plane.api.wire`` re-exports :func:`timestamp` for the routers."""
+import it; the routers import it from here too."""
 
 from __future__ import annotations
 

@@ -25,19 +25,6 @@ from outpost_wire.errors import (
     RemoteError,
     WireError,
 )
-from outpost_wire.events import (
-    CancelReceived,
-    CatalogReceived,
-    DrainReceived,
-    Event,
-    HelloReceived,
-    PeerDead,
-    PeerError,
-    ProtocolError,
-    RequestReceived,
-    ResultReceived,
-    WelcomeReceived,
-)
 from outpost_wire.frames import (
     PROTOCOL_VERSION,
     Ack,
@@ -65,6 +52,19 @@ from outpost_wire.frames import (
 )
 from outpost_wire.results import ContentBlock, DocumentBlock, ImageBlock, TextBlock, ToolResult
 from outpost_wire.session import ConnState, Role, SessionConfig, TunnelSession
+from outpost_wire.tunnel_events import (
+    CancelReceived,
+    CatalogReceived,
+    DrainReceived,
+    Event,
+    HelloReceived,
+    PeerDead,
+    PeerError,
+    ProtocolError,
+    RequestReceived,
+    ResultReceived,
+    WelcomeReceived,
+)
 
 __all__ = [
     "PROTOCOL_VERSION",

@@ -1,6 +1,6 @@
 """MCP tool-call results as tool-result content blocks: one converter for both daemons.
 
-The control plane (its own MCP connections, :mod:`control_plane.mcp.connection`) and the edge
+The control plane (its own MCP connections, :mod:`control_plane.mcp.client_session`) and the edge
 (its private servers, :mod:`edge_agent.mcp._sdk`) both turn an MCP ``CallToolResult`` into the
 content of a ``tool_result`` / ``agent.mcp_tool_result``; they do it here, so the model sees the
 same blocks whichever side ran the call. The result is :mod:`outpost_wire.results` blocks (what

@@ -69,19 +69,6 @@ from typing import Final
 
 from outpost_wire.codec import decode_frame, decode_outcome, encode_frame, encode_outcome, max_chunk_payload
 from outpost_wire.errors import ErrorCode, FrameTooLarge, ProtocolViolation, WireError
-from outpost_wire.events import (
-    CancelReceived,
-    CatalogReceived,
-    DrainReceived,
-    Event,
-    HelloReceived,
-    PeerDead,
-    PeerError,
-    ProtocolError,
-    RequestReceived,
-    ResultReceived,
-    WelcomeReceived,
-)
 from outpost_wire.frames import (
     PROTOCOL_VERSION,
     Ack,
@@ -96,6 +83,19 @@ from outpost_wire.frames import (
     Request,
     ResultChunk,
     Welcome,
+)
+from outpost_wire.tunnel_events import (
+    CancelReceived,
+    CatalogReceived,
+    DrainReceived,
+    Event,
+    HelloReceived,
+    PeerDead,
+    PeerError,
+    ProtocolError,
+    RequestReceived,
+    ResultReceived,
+    WelcomeReceived,
 )
 
 __all__ = [

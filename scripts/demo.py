@@ -104,7 +104,7 @@ def main() -> int:
             step("no ANTHROPIC_API_KEY: using the local scripted model (a Messages-API server on loopback)")
             model_log = work / "model.log"
             model = start(
-                [PY, "-m", "control_plane.model.local_server", "--port", "0", "--script", "demo"], model_log
+                [PY, "-m", "scripted_model.local_server", "--port", "0", "--script", "demo"], model_log
             )
             procs.append(model)
             found = wait_for(

@@ -17,9 +17,8 @@ from fastapi import APIRouter, Query, Request
 from control_plane.agents.commands import AgentQuery, CreateAgent, UpdateAgent
 from control_plane.agents.service import AgentService
 from control_plane.api.models import MAX_INT, AgentCreate, AgentUpdate
-from control_plane.api.query import check_limit, time_bounds
+from control_plane.api.query import check_limit, page_body, time_bounds
 from control_plane.api.resources_json import agent_json
-from control_plane.api.wire import page_body
 from control_plane.patch import KEEP
 from control_plane.store.base import Page
 

@@ -21,9 +21,9 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from control_plane.api.caller import CallerDep, KeyScope
 from control_plane.api.models import Name
-from control_plane.api.wire import timestamp
 from control_plane.keys import ApiKeyService, CreateApiKey, key_status
 from control_plane.store.base import ApiKeyRecord
+from control_plane.timestamps import timestamp
 
 __all__ = ["MAX_ENVIRONMENTS", "MAX_TTL_S", "ApiKeyCreate", "api_key_json", "api_keys_router"]
 

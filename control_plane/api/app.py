@@ -33,11 +33,11 @@ from control_plane.api.caller import require_admin_key, unscoped_writes
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
-from control_plane.api.events import events_router
 from control_plane.api.fleet import FleetView
 from control_plane.api.health import ReadinessCheck, health_router
 from control_plane.api.metrics import metrics_router
 from control_plane.api.operations import operations_router
+from control_plane.api.session_events import events_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
 from control_plane.api.streaming import StreamSlots
@@ -48,8 +48,8 @@ from control_plane.environments import EnvironmentService
 from control_plane.keys import ApiKeyService
 from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
-from control_plane.runner import SessionRunner
 from control_plane.sandboxes import SandboxGateway, SandboxService
+from control_plane.session_runner import SessionRunner
 from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.sessions.service import SessionService
 from control_plane.store.base import Store

@@ -25,9 +25,8 @@ from fastapi import APIRouter
 
 from control_plane.api.caller import CallerDep
 from control_plane.api.models import EnvironmentCreate, EnvironmentUpdate
-from control_plane.api.query import check_limit
+from control_plane.api.query import check_limit, page_body
 from control_plane.api.sessions import viewer_of
-from control_plane.api.wire import page_body, timestamp
 from control_plane.environments.commands import (
     CreateEnvironment,
     EnvironmentQuery,
@@ -36,6 +35,7 @@ from control_plane.environments.commands import (
 )
 from control_plane.environments.service import SELF_HOSTED, EnvironmentService
 from control_plane.patch import KEEP
+from control_plane.timestamps import timestamp
 
 __all__ = ["environment_json", "environments_router"]
 

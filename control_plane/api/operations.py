@@ -23,9 +23,9 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.api.caller import Caller, CallerDep
-from control_plane.api.wire import timestamp
 from control_plane.environments.commands import Viewer
 from control_plane.sandboxes import ExecCall, SandboxService
+from control_plane.timestamps import timestamp
 
 __all__ = ["operations_router"]
 

@@ -1,4 +1,4 @@
-"""Query-string and cursor helpers for the list endpoints.
+"""Query-string, cursor and page helpers for the list endpoints.
 
 The SDK sends arrays with brackets (``types[]=a&types[]=b``) and time bounds as
 ``created_at[gte]=<ISO 8601>``; the plain spellings (``types=a``, ``created_at_gte=...``) are
@@ -24,11 +24,17 @@ __all__ = [
     "check_limit",
     "decode_cursor",
     "encode_cursor",
+    "page_body",
     "query_list",
     "time_bounds",
 ]
 
 _ONE_US = timedelta(microseconds=1)
+
+
+def page_body(data: list[dict[str, Any]], next_page: str | None) -> dict[str, Any]:
+    """A list endpoint's answer: ``{"data": [...], "next_page": cursor or null}``."""
+    return {"data": data, "next_page": next_page}
 
 
 def query_list(params: QueryParams, name: str, *, allowed: Collection[str] | None = None) -> list[str]:

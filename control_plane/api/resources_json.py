@@ -8,7 +8,6 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from control_plane.api.wire import timestamp
 from control_plane.sessions.agent_snapshot import (  # re-exported
     AGENT_CONFIG_FIELDS,
     agent_config,
@@ -19,6 +18,7 @@ from control_plane.sessions.events import SessionStatus
 from control_plane.sessions.log import StatusView
 from control_plane.sessions.repositories import repository_json
 from control_plane.store.base import Resource
+from control_plane.timestamps import timestamp
 
 __all__ = ["AGENT_CONFIG_FIELDS", "agent_json", "session_agent_snapshot", "session_json", "session_view_json"]
 

@@ -20,9 +20,8 @@ from typing import Any
 from fastapi import APIRouter, Body
 
 from control_plane.api.caller import CallerDep
-from control_plane.api.query import check_limit
+from control_plane.api.query import check_limit, page_body
 from control_plane.api.sessions import viewer_of
-from control_plane.api.wire import page_body
 from control_plane.sessions.repositories import repository_json
 from control_plane.sessions.service import SessionService
 

@@ -20,9 +20,9 @@ from typing import Any
 from fastapi import APIRouter
 
 from control_plane.api.errors import ApiError
-from control_plane.api.query import check_limit
-from control_plane.api.wire import page_body, timestamp
+from control_plane.api.query import check_limit, page_body
 from control_plane.store.base import Resource
+from control_plane.timestamps import timestamp
 from control_plane.vault.components import Vault
 from control_plane.vault.params import CredentialCreate, CredentialUpdate, VaultCreate, VaultUpdate
 from control_plane.vault.service import CredentialValidation, VaultService

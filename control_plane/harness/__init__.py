@@ -5,7 +5,7 @@
 - :mod:`~control_plane.harness.agent`: the agent's tools and permission policies;
 - :mod:`~control_plane.harness.mcp_offer`: the MCP tools offered to the model (pure);
 - :mod:`~control_plane.harness.mcp_calls`: listing and calling them through an ``McpBackend``;
-- :mod:`~control_plane.harness.events`: event types and the drafts the harness appends;
+- :mod:`~control_plane.harness.event_drafts`: event types and the drafts the harness appends;
 - :mod:`~control_plane.harness.repository_errors`: a repository the edge could not clone, as a
   ``session.error``;
 - :mod:`~control_plane.harness.driver`: performs decisions (model calls, tool calls, appends);

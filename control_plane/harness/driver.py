@@ -52,7 +52,7 @@ from control_plane.errors import (
     SequenceConflict,
     VersionConflict,
 )
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState

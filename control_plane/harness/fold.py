@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 
 __all__ = ["Answer", "SessionState", "ToolUse", "build_request", "fold"]

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from control_plane.errors import GatewayDraining
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec, McpServerSpec
 from control_plane.harness.step import DispatchMcpTool
 from control_plane.mcp.errors import MCP_CONNECTION_FAILED

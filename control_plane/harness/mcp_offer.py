@@ -21,7 +21,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec, McpServerSpec, permission_of
 from control_plane.mcp.models import ServerTools
 from control_plane.mcp.names import ToolNameMap

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from control_plane.harness.events import Draft, session_error
+from control_plane.harness.event_drafts import Draft, session_error
 from outpost_wire.errors import ErrorCode, RemoteError
 
 __all__ = ["REPOSITORY_ERROR_TYPES", "repository_error", "repository_error_for"]

@@ -1,4 +1,4 @@
-"""``Harness``: the control plane's :class:`~control_plane.runner.SessionRunner`.
+"""``Harness``: the control plane's :class:`~control_plane.session_runner.SessionRunner`.
 
 Many sessions per process, one asyncio task per *active* session. ``wake(session_id)`` means: a
 fresh brain takes the session lease, replays the log, and resumes exactly where it stopped. A wake

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Protocol
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold

@@ -5,7 +5,7 @@
 - :mod:`~control_plane.mcp.router`: :class:`McpRouter`, ``edge://`` servers through the edge
   gateway, ``http(s)://`` servers through :class:`DirectMcpClient`;
 - :mod:`~control_plane.mcp.direct`: the pooled, credentialed Streamable-HTTP client;
-- :mod:`~control_plane.mcp.connection`: one SDK session (the only module importing ``mcp``);
+- :mod:`~control_plane.mcp.client_session`: one SDK session (the only module importing ``mcp``);
 - :mod:`~control_plane.mcp.errors`: the error tree (typed as documented ``session.error`` types);
 - :mod:`~control_plane.mcp.config`: :class:`McpConfig`.
 """

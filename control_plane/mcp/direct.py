@@ -27,8 +27,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from control_plane.mcp.client_session import CallResult, McpSession
 from control_plane.mcp.config import McpConfig
-from control_plane.mcp.connection import CallResult, McpSession
 from control_plane.mcp.errors import McpAuthenticationFailed, McpConnectionFailed, McpError
 from control_plane.mcp.models import Credentials, McpToolInfo, no_credentials, safe_url
 from control_plane.outbound import OutboundGuard

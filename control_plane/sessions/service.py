@@ -46,7 +46,7 @@ from control_plane.errors import (
 )
 from control_plane.metadata import apply_metadata_patch, check_metadata
 from control_plane.outbound import OutboundGuard
-from control_plane.runner import SessionRunner
+from control_plane.session_runner import SessionRunner
 from control_plane.sessions.agent_snapshot import Keep, changed_snapshot, overridden_snapshot
 from control_plane.sessions.commands import (
     AgentChoice,

@@ -20,7 +20,6 @@ from typing import Any, Protocol
 from control_plane.store.base import EdgeRecord
 from outpost_wire.admission import PROBE_CAPABILITY
 from outpost_wire.errors import ErrorCode
-from outpost_wire.events import CatalogReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Hello, Outcome, Request, Welcome
 from outpost_wire.session import (
     ConnState,
@@ -36,6 +35,7 @@ from outpost_wire.session import (
 )
 from outpost_wire.throttle import LogThrottle
 from outpost_wire.timer import SessionTimer
+from outpost_wire.tunnel_events import CatalogReceived
 
 __all__ = ["ConnectionListener", "EdgeConnection"]
 

@@ -29,7 +29,6 @@ from typing import Any
 from edge_agent.errors import ConfigError
 from edge_agent.mcp._sdk import open_session
 from edge_agent.mcp.config import McpPolicy, McpServerConfig
-from edge_agent.mcp.connection import Opener, ServerConnection
 from edge_agent.mcp.errors import (
     McpConnectionFailed,
     McpError,
@@ -37,6 +36,7 @@ from edge_agent.mcp.errors import (
     McpServerNotAllowed,
 )
 from edge_agent.mcp.models import McpCallResult, McpCatalog, ServerStatus, ToolOutput
+from edge_agent.mcp.server_connection import Opener, ServerConnection
 
 __all__ = ["McpHub"]
 

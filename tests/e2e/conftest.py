@@ -19,10 +19,10 @@ import yaml
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
-from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
+from scripted_model import DemoResponder, LocalModelServer
 from tests.support import REPO
 from tests.support.docker_engine import destroy_all_sandboxes
 from tests.support.e2e import NAME_PREFIX, SANDBOX_IMAGE, Api, EnrolledEdge

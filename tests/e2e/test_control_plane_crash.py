@@ -17,12 +17,12 @@ import docker
 import httpx
 import pytest
 
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import tool_results_since_prompt
-from control_plane.model.script import ToolUse
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import tool_results_since_prompt
+from scripted_model.script import ToolUse
 from tests.support import eventually
 from tests.support.control_plane_process import (
     ControlPlaneProcess,

@@ -16,9 +16,9 @@ import docker
 import httpx
 import pytest
 
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import tool_result_text, tool_results_since_prompt
 from control_plane.server import ControlPlane
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import tool_result_text, tool_results_since_prompt
 from tests.support import eventually
 from tests.support.e2e import NAME_PREFIX
 

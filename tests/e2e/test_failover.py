@@ -20,11 +20,11 @@ import docker
 import httpx
 import pytest
 
-from control_plane.model import LocalModelServer
-from control_plane.model.responders import tool_results_since_prompt
 from edge_agent.config import EdgeConfig
 from edge_agent.daemon import EdgeAgent
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer
+from scripted_model.responders import tool_results_since_prompt
 from tests.support import eventually
 from tests.support.control_plane_process import (
     SharedStoreControlPlane,

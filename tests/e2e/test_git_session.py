@@ -18,8 +18,8 @@ from typing import Any
 import anthropic
 import pytest
 
-from control_plane.model import DemoResponder, LocalModelServer
 from control_plane.server import ControlPlane
+from scripted_model import DemoResponder, LocalModelServer
 from tests.support.e2e import Api, text_of
 from tests.support.git_server import GitHttpServer, git, make_repo
 

@@ -14,10 +14,10 @@ from typing import Any
 import anthropic
 import pytest
 
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import tool_results_since_prompt
-from control_plane.model.script import ToolUse
 from control_plane.server import ControlPlane
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import tool_results_since_prompt
+from scripted_model.script import ToolUse
 from tests.support import eventually
 from tests.support.mcp_servers.http_server import HttpMcpServer
 

@@ -8,8 +8,8 @@ import anthropic
 import docker
 import pytest
 
-from control_plane.model import LocalModelServer
 from control_plane.server import ControlPlane
+from scripted_model import LocalModelServer
 
 pytestmark = pytest.mark.docker
 

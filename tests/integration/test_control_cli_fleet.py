@@ -30,10 +30,10 @@ import httpx
 import pytest
 
 from control_plane.cli import main
-from control_plane.model import LocalModelServer, Script
 from control_plane.server import ControlPlane
 from edge_agent.enroll import EnrollmentError, register
 from edge_agent.identity import generate_key_and_csr
+from scripted_model import LocalModelServer, Script
 from tests.support import eventually
 from tests.support.edge_link import (
     api_client,

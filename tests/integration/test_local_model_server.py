@@ -18,7 +18,7 @@ import pytest
 from anthropic.types import MessageParam, ThinkingConfigParam, ToolParam
 from anthropic.types.beta import BetaMessageParam
 
-from control_plane.model import (
+from scripted_model import (
     LocalModelServer,
     Script,
     Text,
@@ -343,7 +343,7 @@ async def test_standalone_entry_point_prints_its_url_and_stops_on_sigterm() -> N
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "control_plane.model.local_server",
+        "scripted_model.local_server",
         "--port",
         "0",
         "--script",

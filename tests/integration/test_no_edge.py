@@ -28,10 +28,10 @@ from anthropic.types.beta.sessions.beta_managed_agents_session_error_event impor
     BetaManagedAgentsSessionErrorEvent,
 )
 
-from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
+from scripted_model import LocalModelServer, Turn
 from tests.support import eventually
 from tests.support.edge_link import (
     api_client,

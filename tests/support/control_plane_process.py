@@ -17,9 +17,9 @@ import docker
 import httpx
 import yaml
 
-from control_plane.model import Turn
-from control_plane.model.responders import tool_results_since_prompt
-from control_plane.model.script import ToolUse
+from scripted_model import Turn
+from scripted_model.responders import tool_results_since_prompt
+from scripted_model.script import ToolUse
 from tests.support.waiting import eventually
 
 __all__ = [

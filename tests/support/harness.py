@@ -15,7 +15,7 @@ from pydantic import TypeAdapter
 
 from control_plane.agents.configuration import ToolParams, resolve_model, resolve_tools
 from control_plane.harness import HarnessConfig
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.store.base import Event, NewEvent, Store
 from outpost_wire.results import ToolResult
 from tests.support import eventually

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("control_plane", "edge_agent", "outpost_wire")
+PACKAGES = ("control_plane", "edge_agent", "outpost_wire", "scripted_model")
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 
@@ -36,8 +36,12 @@ def test_the_tree_keeps_the_import_rules() -> None:
         ("edge_agent/dispatch.py", "import control_plane.errors", "daemons-apart"),
         ("control_plane/bus.py", "import edge_agent.errors", "daemons-apart"),
         ("outpost_wire/frames.py", "import control_plane.errors", "wire-below-daemons"),
+        ("scripted_model/script.py", "import control_plane.errors", "scripted-model-apart"),
+        ("scripted_model/server.py", "import edge_agent.errors", "scripted-model-apart"),
+        ("control_plane/harness/model.py", "import scripted_model.wire", "scripted-model-apart"),
+        ("edge_agent/daemon.py", "import scripted_model", "scripted-model-apart"),
         ("control_plane/vault/service.py", "import control_plane.api.models", "http-on-top"),
-        ("control_plane/cli_sessions.py", "import control_plane.api.wire", "http-on-top"),
+        ("control_plane/cli_sessions.py", "import control_plane.api.query", "http-on-top"),
         ("control_plane/sessions/log.py", "import fastapi", "http-frameworks-in-api"),
         ("control_plane/harness/runner.py", "import control_plane.store.sqlite", "backends-composed"),
         ("control_plane/vault/service.py", "import control_plane.store.memory", "backends-composed"),

@@ -17,11 +17,11 @@ import pytest
 
 from control_plane.config import ControlPlaneConfig
 from control_plane.harness import HarnessConfig
-from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.connection import Dialer
 from edge_agent.enroll import register
 from edge_agent.identity import Identity
+from scripted_model import LocalModelServer, Turn
 from tests.support import eventually
 from tests.support.edge_link import (
     api_client,

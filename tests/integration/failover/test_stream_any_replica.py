@@ -16,9 +16,9 @@ from typing import Any
 import anthropic
 import pytest
 
-from control_plane.model import LocalModelServer, Turn
 from control_plane.server import ControlPlane
 from edge_agent.enroll import register
+from scripted_model import LocalModelServer, Turn
 from tests.support import eventually
 from tests.support.edge_link import (
     api_client,

@@ -11,8 +11,8 @@ import pytest
 
 from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness
-from control_plane.model import LocalModelServer, Script
 from control_plane.store import SqliteStore
+from scripted_model import LocalModelServer, Script
 from tests.support import eventually
 from tests.support.harness import (
     FAST,

@@ -12,7 +12,7 @@ import pytest
 
 from control_plane.harness import AnthropicModelClient, BlockStart, ModelError, StreamEvent, TextDelta
 from control_plane.harness.model import ModelRetryableError, ModelTerminalError, _MessageAccumulator
-from control_plane.model import LocalModelServer, Script, Text, Thinking, ToolUse, Turn
+from scripted_model import LocalModelServer, Script, Text, Thinking, ToolUse, Turn
 
 REQUEST: dict[str, Any] = {
     "model": "claude-local-test",

@@ -17,9 +17,9 @@ import pytest
 
 from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, RecordedRequest, Script, Turn
+from control_plane.harness import event_drafts as ev
 from control_plane.store import SqliteStore
+from scripted_model import LocalModelServer, RecordedRequest, Script, Turn
 from tests.support import eventually
 from tests.support.harness import (
     FakeGateway,

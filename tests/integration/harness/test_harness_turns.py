@@ -13,10 +13,10 @@ import pytest
 
 from control_plane.bus import Delta, EventBus, Persisted
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, Script, ToolUse, Turn
+from control_plane.harness import event_drafts as ev
 from control_plane.store import SqliteStore
 from control_plane.tunnel import SandboxMove
+from scripted_model import LocalModelServer, Script, ToolUse, Turn
 from tests.support import eventually
 from tests.support.harness import (
     FAST,

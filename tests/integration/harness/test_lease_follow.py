@@ -20,10 +20,10 @@ import pytest
 
 from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
-from control_plane.model import LocalModelServer, Script, Turn
+from control_plane.harness import event_drafts as ev
 from control_plane.store import SqliteStore
 from control_plane.store.base import Store
+from scripted_model import LocalModelServer, Script, Turn
 from tests.support import eventually
 from tests.support.harness import (
     ENV,

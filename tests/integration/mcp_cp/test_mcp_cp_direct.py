@@ -23,7 +23,7 @@ from control_plane.mcp import (
     McpRouter,
     McpServerRef,
 )
-from control_plane.mcp.connection import McpSession
+from control_plane.mcp.client_session import McpSession
 from control_plane.outbound import OutboundGuard
 from outpost_wire.results import ToolResult
 
@@ -392,7 +392,7 @@ async def test_the_mcp_http_pool_dials_only_what_the_guard_pinned() -> None:
     SDK's HTTP pool asks the guard again and connects to the checked address only."""
     import httpx2
 
-    from control_plane.mcp.connection import _PinnedTransport
+    from control_plane.mcp.client_session import _PinnedTransport
     from control_plane.outbound import OutboundRefused
 
     connections: list[int] = []

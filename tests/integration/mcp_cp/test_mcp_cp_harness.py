@@ -32,19 +32,19 @@ from control_plane.agents.configuration import (
 )
 from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.mcp import McpConfig, McpRouter
-from control_plane.model import LocalModelServer, Turn
-from control_plane.model.responders import (
+from control_plane.outbound import OutboundGuard
+from control_plane.store import SqliteStore
+from control_plane.store.base import Event
+from outpost_wire.results import ToolResult
+from scripted_model import LocalModelServer, Turn
+from scripted_model.responders import (
     last_prompt_text,
     offered_tool_names,
     tool_result_text,
     tool_results_since_prompt,
 )
-from control_plane.outbound import OutboundGuard
-from control_plane.store import SqliteStore
-from control_plane.store.base import Event
-from outpost_wire.results import ToolResult
 from tests.support import eventually
 
 TOKEN = "harness-bearer-9d1e0b"

@@ -49,7 +49,7 @@ EXPECTED = {
         "get_environment",
         "new_environment_id",
     },
-    "control_plane.api.events": {"events_router"},
+    "control_plane.api.session_events": {"events_router"},
     "control_plane.api.health": {"ReadinessCheck", "health_router"},
     "control_plane.api.session_resources": {"session_resources_router"},
     "control_plane.api.sessions": {"sessions_router", "viewer_of"},

@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from edge_agent.config import ConnectionConfig
 from edge_agent.connection import Link, LinkState, TransportError
 from outpost_wire.errors import ErrorCode
-from outpost_wire.events import HelloReceived, ResultReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Execute, Outcome, Request, Welcome
 from outpost_wire.results import ToolResult
 from outpost_wire.session import Role, SessionConfig, TunnelSession
+from outpost_wire.tunnel_events import HelloReceived, ResultReceived
 from tests.support import eventually
 from tests.unit.edge._link_support import CONFIG, Pipe, SlowHandler, hello
 

@@ -10,9 +10,9 @@ import pytest
 from edge_agent.connection import Link, LinkState, TransportError
 from outpost_wire.admission import FINAL_REASONS, final_refusal, refusal_message
 from outpost_wire.errors import ErrorCode
-from outpost_wire.events import HelloReceived
 from outpost_wire.frames import PROTOCOL_VERSION, Welcome
 from outpost_wire.session import Role, SessionConfig, TunnelSession
+from outpost_wire.tunnel_events import HelloReceived
 from tests.support import eventually
 from tests.unit.edge._link_support import CONFIG, Pipe, SlowHandler, hello
 

@@ -17,7 +17,7 @@ from control_plane.agents.configuration import (
     resolve_model,
     resolve_tools,
 )
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.mcp_offer import McpOffer
 from control_plane.harness.step import model_output_events

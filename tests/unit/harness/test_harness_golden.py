@@ -29,7 +29,7 @@ from harness_logs import (
     tool_use,
 )
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.mcp_offer import McpOffer, build_offer

@@ -6,7 +6,7 @@ from typing import Any
 
 from harness_logs import DOCS_DOWN, DOCS_TOOLS, MCP_AGENT, TICKETS_TOOLS, Log, text, tool_use
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import fold
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list

@@ -8,7 +8,7 @@ import pytest
 from harness_logs import AGENT, AGENT_JSON, message, resolved_agent, text, tool_use
 from pydantic import ValidationError
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AUTO_ALLOWED_TOOLS, AgentSpec, permission_of
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.step import model_failure_events, model_output_events

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from harness_logs import AGENT, Log, text, tool_use
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import fold
 from control_plane.harness.step import CallModel, Decision, DispatchTool, step

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.step import (
     DispatchTool,
     NoEnvironment,

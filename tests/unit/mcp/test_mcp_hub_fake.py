@@ -27,8 +27,8 @@ from edge_agent.mcp import (
     ServerStatus,
     TextBlock,
 )
-from edge_agent.mcp.connection import IllegalTransition, ServerConnection, ServerState, Session
 from edge_agent.mcp.models import ToolOutput
+from edge_agent.mcp.server_connection import IllegalTransition, ServerConnection, ServerState, Session
 from tests.support import eventually
 
 TOOLS = (

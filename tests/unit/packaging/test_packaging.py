@@ -46,6 +46,7 @@ def test_the_distribution_is_outpost_runtime_with_both_commands() -> None:
         "control_plane*",
         "edge_agent*",
         "outpost_wire*",
+        "scripted_model*",  # the offline demo's model server: python -m scripted_model.local_server
     }
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from control_plane.harness import events as ev
+from control_plane.harness import event_drafts as ev
 from control_plane.harness.fold import SessionState
 from control_plane.harness.repository_errors import REPOSITORY_ERROR_TYPES, repository_error
 from outpost_wire.errors import ErrorCode, RemoteError

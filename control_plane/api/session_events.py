@@ -26,10 +26,16 @@ from starlette.responses import Response
 from control_plane.api.auth import KeyRecheck
 from control_plane.api.caller import Caller, CallerDep
 from control_plane.api.models import MAX_INT, EventsSend
-from control_plane.api.query import check_limit, decode_cursor, encode_cursor, query_list, time_bounds
+from control_plane.api.query import (
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    page_body,
+    query_list,
+    time_bounds,
+)
 from control_plane.api.sessions import viewer_of
 from control_plane.api.streaming import EventStream, SseResponse, StreamSlots
-from control_plane.api.wire import page_body
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest
 from control_plane.sessions.commands import EventQuery

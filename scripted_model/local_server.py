@@ -2,12 +2,12 @@
 
 ::
 
-    python -m control_plane.model.local_server --port 0 --script demo
+    python -m scripted_model.local_server --port 0 --script demo
 
 prints the server's URL (``http://127.0.0.1:PORT``) as the first line on stdout, then serves until SIGINT
-or SIGTERM. ``--script`` is ``demo`` (:data:`~control_plane.model.responders.demo_responder`), ``echo``
-(:func:`~control_plane.model.responders.echo_responder`) or the path of a JSON list of turns (see
-:meth:`~control_plane.model.script.Turn.from_dict`).
+or SIGTERM. ``--script`` is ``demo`` (:data:`~scripted_model.responders.demo_responder`), ``echo``
+(:func:`~scripted_model.responders.echo_responder`) or the path of a JSON list of turns (see
+:meth:`~scripted_model.script.Turn.from_dict`).
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from control_plane.model.responders import demo_responder, echo_responder
-from control_plane.model.script import Responder, Script
-from control_plane.model.server import InjectedError, LocalModelServer, RecordedRequest
+from scripted_model.responders import demo_responder, echo_responder
+from scripted_model.script import Responder, Script
+from scripted_model.server import InjectedError, LocalModelServer, RecordedRequest
 
 __all__ = ["InjectedError", "LocalModelServer", "RecordedRequest", "load_script", "main"]
 
@@ -38,7 +38,7 @@ def load_script(spec: str) -> Script | Responder:
 
 def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        prog="python -m control_plane.model.local_server",
+        prog="python -m scripted_model.local_server",
         description="Serve a local, scripted Messages API (no Claude needed).",
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.model.script import RedactedThinking, StopReason, Text, Thinking, ToolUse, Turn
+from scripted_model.script import RedactedThinking, StopReason, Text, Thinking, ToolUse, Turn
 
 __all__ = [
     "ERROR_TYPES",

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from control_plane.model.script import Block, Text, Thinking, ToolUse, Turn
+from scripted_model.script import Block, Text, Thinking, ToolUse, Turn
 
 __all__ = [
     "DEMO_PROGRAM",

@@ -9,8 +9,8 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from control_plane.model import wire
-from control_plane.model.script import RedactedThinking, Text, Thinking, ToolUse, Turn
+from scripted_model import wire
+from scripted_model.script import RedactedThinking, Text, Thinking, ToolUse, Turn
 
 EVENT = TypeAdapter(RawMessageStreamEvent)
 BODY = {"model": "claude-test", "max_tokens": 100, "messages": [{"role": "user", "content": "hello there"}]}

@@ -1,13 +1,13 @@
-"""The public exports of control_plane.model are pinned."""
+"""The public exports of scripted_model are pinned."""
 
 from __future__ import annotations
 
-import control_plane.model
-import control_plane.model.local_server
+import scripted_model
+import scripted_model.local_server
 
 
 def test_package_exports() -> None:
-    assert sorted(control_plane.model.__all__) == [
+    assert sorted(scripted_model.__all__) == [
         "Block",
         "DemoResponder",
         "InjectedError",
@@ -27,13 +27,13 @@ def test_package_exports() -> None:
         "demo_responder",
         "echo_responder",
     ]
-    for name in control_plane.model.__all__:
-        assert hasattr(control_plane.model, name)
+    for name in scripted_model.__all__:
+        assert hasattr(scripted_model, name)
 
 
 def test_local_server_module_exports_the_server() -> None:
-    assert control_plane.model.local_server.LocalModelServer is control_plane.model.LocalModelServer
-    assert sorted(control_plane.model.local_server.__all__) == [
+    assert scripted_model.local_server.LocalModelServer is scripted_model.LocalModelServer
+    assert sorted(scripted_model.local_server.__all__) == [
         "InjectedError",
         "LocalModelServer",
         "RecordedRequest",

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.model import LocalModelServer, Responder, Script, Turn
+from scripted_model import LocalModelServer, Responder, Script, Turn
 
 BODY: dict[str, Any] = {"model": "m", "max_tokens": 100, "messages": [{"role": "user", "content": "hi"}]}
 KEY = {"x-api-key": "sk-secret-value"}

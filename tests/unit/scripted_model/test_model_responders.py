@@ -7,7 +7,7 @@ import io
 from collections.abc import Mapping
 from typing import Any
 
-from control_plane.model.responders import (
+from scripted_model.responders import (
     DEMO_PROGRAM,
     DemoResponder,
     demo_responder,
@@ -18,8 +18,8 @@ from control_plane.model.responders import (
     tool_result_text,
     tool_results_since_prompt,
 )
-from control_plane.model.script import Text, Thinking, ToolUse, Turn
-from control_plane.model.wire import render_content
+from scripted_model.script import Text, Thinking, ToolUse, Turn
+from scripted_model.wire import render_content
 
 TOOLS = [
     {"name": "bash", "description": "run", "input_schema": {"type": "object"}},

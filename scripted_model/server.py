@@ -9,8 +9,8 @@
         assert server.request_count == 1
 
 ``POST /v1/messages`` answers streaming (SSE) and non-streaming requests in the real API's shapes
-(:mod:`control_plane.model.wire`). Each request that passes the checks below gets the next turn from the
-source, a :class:`~control_plane.model.script.Script` or a responder callable. In order:
+(:mod:`scripted_model.wire`). Each request that passes the checks below gets the next turn from the
+source, a :class:`~scripted_model.script.Script` or a responder callable. In order:
 
 1. the request is recorded (:attr:`LocalModelServer.requests`, and the JSONL request log when set), with
    the ``x-api-key`` and ``authorization`` header values redacted;
@@ -53,8 +53,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from control_plane.model import wire
-from control_plane.model.script import LocalModelError, Responder, Script, ScriptExhausted, Turn
+from scripted_model import wire
+from scripted_model.script import LocalModelError, Responder, Script, ScriptExhausted, Turn
 
 __all__ = ["InjectedError", "LocalModelServer", "RecordedRequest"]
 

@@ -10,10 +10,9 @@ A :class:`Turn` is one assistant response: an ordered list of content blocks (:c
 
 Errors raised here::
 
-    ControlPlaneError (control_plane.errors)
-    └── LocalModelError           the local model server or its script was misused
-        ├── ScriptExhausted       a Script was asked for more turns than it holds
-        └── InvalidTurn           a turn given as JSON does not have the expected shape
+    LocalModelError               the local model server or its script was misused
+    ├── ScriptExhausted           a Script was asked for more turns than it holds
+    └── InvalidTurn               a turn given as JSON does not have the expected shape
 
 Nothing in this module does I/O or reads a clock.
 """
@@ -24,8 +23,6 @@ import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias, get_args
-
-from control_plane.errors import ControlPlaneError
 
 __all__ = [
     "Block",
@@ -50,7 +47,7 @@ StopReason: TypeAlias = Literal[
 _STOP_REASONS: frozenset[str] = frozenset(get_args(StopReason))
 
 
-class LocalModelError(ControlPlaneError):
+class LocalModelError(Exception):
     """The local model server or its script was misused."""
 
 
