@@ -16,7 +16,6 @@ import functools
 import itertools
 import logging
 from collections.abc import Mapping
-from importlib import resources
 from typing import Any
 
 from outpost_wire.results import ToolResult
@@ -32,7 +31,7 @@ from .protocol import (
     encode_frame,
     to_tool_result,
 )
-from .sandboxd import BOOTSTRAP
+from .sandboxd import BOOTSTRAP, payload
 
 __all__ = ["CallTimeout", "DaemonChannel", "daemon_source"]
 
@@ -50,8 +49,8 @@ class CallTimeout(SandboxUnavailable):
 
 @functools.cache
 def daemon_source() -> bytes:
-    """The source of :mod:`edge_agent.sandbox.sandboxd`, as sent to every sandbox."""
-    return resources.files(__package__).joinpath("sandboxd.py").read_bytes()
+    """:mod:`edge_agent.sandbox.sandboxd`, as sent to every sandbox: one script (see its ``bundle``)."""
+    return payload()
 
 
 def _decode(frame: bytes) -> tuple[dict[str, Any], ToolResult | None]:

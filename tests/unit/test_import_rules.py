@@ -54,6 +54,8 @@ def test_the_tree_keeps_the_import_rules() -> None:
         ("control_plane/tunnel/gateway.py", "import control_plane.harness.driver", "control-plane-layers"),
         ("control_plane/vault/keys.py", "import control_plane.vault.service", "control-plane-acyclic"),
         ("edge_agent/sandbox/manager.py", "import edge_agent.dispatch", "edge-layers"),
+        ("edge_agent/sandbox/sandboxd/files.py", "from ..protocol import encode_frame", "sandboxd-alone"),
+        ("edge_agent/sandbox/sandboxd/daemon.py", "import edge_agent.errors", "sandboxd-alone"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(

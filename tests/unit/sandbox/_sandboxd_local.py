@@ -1,5 +1,7 @@
 """Run sandboxd as a local subprocess, started exactly as the edge starts it in a container
-(the bootstrap reads the source from stdin), against a temporary workspace."""
+(the bootstrap reads the script from stdin), against a temporary workspace. The interpreter is
+isolated (``-I -S``: no environment, no site-packages, not even the working directory on its path),
+so only the standard library and the script itself can be imported."""
 
 from __future__ import annotations
 
@@ -17,18 +19,19 @@ from edge_agent.sandbox.sandboxd import BOOTSTRAP, NO_RG_ENV, ROOT_ENV
 
 
 class LocalDaemon:
-    def __init__(self, root: Path, *, use_rg: bool = False) -> None:
+    def __init__(self, root: Path, *, use_rg: bool = False, cwd: Path | None = None) -> None:
         env = {**os.environ, ROOT_ENV: str(root)}
         if not use_rg:
             env[NO_RG_ENV] = "1"
         self.proc = subprocess.Popen(
-            [sys.executable, "-u", "-c", BOOTSTRAP],
+            [sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=env,
-            cwd=root,
+            cwd=cwd if cwd is not None else root,
         )
+        self.stderr = b""
         self._next_id = 1
         self.write(bootstrap_payload(daemon_source()))
         self.hello = self.read()
@@ -66,6 +69,8 @@ class LocalDaemon:
         assert self.proc.stdin is not None
         self.proc.stdin.close()
         code = self.proc.wait(timeout=10)
+        assert self.proc.stderr is not None
+        self.stderr = self.proc.stderr.read()
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 stream.close()

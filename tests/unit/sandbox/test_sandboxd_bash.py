@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 import struct
 import time
@@ -12,8 +11,8 @@ from pathlib import Path
 import pytest
 from _sandboxd_local import LocalDaemon
 
-from edge_agent.sandbox import sandboxd
-from edge_agent.sandbox.channel import daemon_source
+from edge_agent.sandbox.sandboxd import PROTOCOL_VERSION
+from edge_agent.sandbox.sandboxd.bash import BASH_OUTPUT_LIMIT
 from tests.support import eventually_sync
 
 
@@ -24,13 +23,9 @@ def daemon(tmp_path: Path) -> Iterator[LocalDaemon]:
     d.close()
 
 
-def test_source_is_python39_syntax() -> None:
-    ast.parse(daemon_source(), feature_version=(3, 9))
-
-
 def test_hello(daemon: LocalDaemon, tmp_path: Path) -> None:
     assert daemon.hello["event"] == "hello"
-    assert daemon.hello["protocol"] == sandboxd.PROTOCOL_VERSION
+    assert daemon.hello["protocol"] == PROTOCOL_VERSION
     assert daemon.hello["root"] == os.path.realpath(tmp_path)
 
 
@@ -90,7 +85,7 @@ def test_output_tail_truncated_with_marker(daemon: LocalDaemon) -> None:
     assert not is_error
     assert text.startswith("[output truncated]\n")
     assert text.endswith("\n100000")
-    assert len(text.encode()) <= sandboxd.BASH_OUTPUT_LIMIT + len("[output truncated]\n")
+    assert len(text.encode()) <= BASH_OUTPUT_LIMIT + len("[output truncated]\n")
 
 
 def test_timeout_kills_and_restarts_lazily(daemon: LocalDaemon, tmp_path: Path) -> None:

@@ -9,12 +9,9 @@ from typing import Any
 
 import pytest
 
-from edge_agent.sandbox.sandboxd import (
-    FILE_BYTES_LIMIT,
-    GLOB_RESULT_LIMIT,
-    FileTools,
-    Workspace,
-)
+from edge_agent.sandbox.sandboxd.files import FILE_BYTES_LIMIT, FileTools
+from edge_agent.sandbox.sandboxd.paths import Workspace
+from edge_agent.sandbox.sandboxd.search import GLOB_RESULT_LIMIT
 
 
 @pytest.fixture

@@ -18,14 +18,9 @@ from typing import Any
 
 import pytest
 
-from edge_agent.sandbox.sandboxd import (
-    FileTools,
-    Openat2,
-    PathEscape,
-    Quota,
-    Workspace,
-    walk_beneath,
-)
+from edge_agent.sandbox.sandboxd.files import FileTools
+from edge_agent.sandbox.sandboxd.paths import Openat2, PathEscape, Workspace, walk_beneath
+from edge_agent.sandbox.sandboxd.quota import Quota
 
 SECRET = "secret outside the workspace"
 
