@@ -25,8 +25,8 @@ workspace root; every path is resolved without a check-then-open race, see :mod:
 ``$SANDBOXD_QUOTA_BYTES`` sets a soft size quota on the workspace (see :mod:`.quota`). The hello
 also reports ``openat2`` (which resolver runs) and ``quota_bytes``.
 
-Modules: :mod:`.daemon` (the frame loop and dispatch), :mod:`.bash` (the shell),
-:mod:`.files` (read, write, edit), :mod:`.search` (glob, grep), :mod:`.paths` (the path policy),
+Modules: :mod:`.main_loop` (the frame loop and dispatch), :mod:`.bash` (the shell),
+:mod:`.file_tools` (read, write, edit), :mod:`.search` (glob, grep), :mod:`.paths` (the path policy),
 :mod:`.quota`, :mod:`.common` (results, errors, input checks); :mod:`.boot` and :mod:`.bundle`
 (the script sent to the container).
 """
@@ -35,6 +35,6 @@ from __future__ import annotations
 
 from .bundle import BOOTSTRAP, payload
 from .common import NO_RG_ENV, QUOTA_ENV, ROOT_ENV
-from .daemon import PROTOCOL_VERSION
+from .main_loop import PROTOCOL_VERSION
 
 __all__ = ["BOOTSTRAP", "NO_RG_ENV", "PROTOCOL_VERSION", "QUOTA_ENV", "ROOT_ENV", "payload"]

@@ -70,5 +70,5 @@ class SourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 def run(sources: dict[str, str]) -> None:
     """Import the package from ``sources`` and run the daemon until stdin closes (it exits)."""
     sys.meta_path.insert(0, SourceFinder(PACKAGE, sources))
-    daemon = importlib.import_module(f"{PACKAGE}.daemon")
-    daemon.main(sys.argv[1:])
+    main_loop = importlib.import_module(f"{PACKAGE}.main_loop")
+    main_loop.main(sys.argv[1:])

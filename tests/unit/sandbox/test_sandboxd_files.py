@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from edge_agent.sandbox.sandboxd.files import FILE_BYTES_LIMIT, FileTools
+from edge_agent.sandbox.sandboxd.file_tools import FILE_BYTES_LIMIT, FileTools
 from edge_agent.sandbox.sandboxd.paths import Workspace
 from edge_agent.sandbox.sandboxd.search import GLOB_RESULT_LIMIT
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from edge_agent.sandbox.sandboxd.files import FileTools
+from edge_agent.sandbox.sandboxd.file_tools import FileTools
 from edge_agent.sandbox.sandboxd.paths import Openat2, PathEscape, Workspace, walk_beneath
 from edge_agent.sandbox.sandboxd.quota import Quota
 

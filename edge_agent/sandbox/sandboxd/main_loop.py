@@ -13,7 +13,7 @@ from typing import Any, BinaryIO
 
 from .bash import BashTool
 from .common import NO_RG_ENV, QUOTA_ENV, ROOT_ENV, Block, text_block
-from .files import FILE_TOOLS, FileTools
+from .file_tools import FILE_TOOLS, FileTools
 from .paths import Workspace
 from .quota import Quota
 
