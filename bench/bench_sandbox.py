@@ -21,12 +21,17 @@ from typing import Any
 
 import docker
 
-from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager
+from edge_agent.sandbox import DockerRuntime, SandboxLimits, SandboxManager, ToolCall
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGE = "outpost-sandbox:1"
 LIMITS = SandboxLimits(image=IMAGE, cpus=1.0, memory_bytes=512 * 1024 * 1024, pids=256)
 TRUE = {"command": "true"}
+
+
+def bash_true(session_id: str) -> ToolCall:
+    """``bash true`` for the session, checked as the dispatcher checks an Execute."""
+    return ToolCall.of(session_id, "bash", TRUE, now=asyncio.get_running_loop().time())
 
 
 def percentiles(samples_s: list[float]) -> tuple[float, float, float]:
@@ -73,11 +78,8 @@ async def main(calls: int, cold: int, resume: int) -> int:
         sid = "bench-warm"
         info = await warm.provision(sid, LIMITS)
         for _ in range(20):
-            await warm.execute(sid, "bash", TRUE, timeout_s=None, limits=LIMITS)
-        held = [
-            await timed(lambda: warm.execute(sid, "bash", TRUE, timeout_s=None, limits=LIMITS))
-            for _ in range(calls)
-        ]
+            await warm.execute(bash_true(sid), LIMITS)
+        held = [await timed(lambda: warm.execute(bash_true(sid), LIMITS)) for _ in range(calls)]
         container = client.containers.get(info.sandbox_id)
 
         def exec_true() -> None:
@@ -98,7 +100,7 @@ async def main(calls: int, cold: int, resume: int) -> int:
         for i in range(cold):
             cold_sid = f"bench-cold-{i}"
             cold_samples.append(
-                await timed(lambda: warm.execute(cold_sid, "bash", TRUE, timeout_s=None, limits=LIMITS))  # noqa: B023
+                await timed(lambda: warm.execute(bash_true(cold_sid), LIMITS))  # noqa: B023
             )
             await warm.destroy(cold_sid)
         row("3. cold provision + first call", cold_samples)
@@ -109,9 +111,7 @@ async def main(calls: int, cold: int, resume: int) -> int:
         resumed: list[float] = []
         for _ in range(resume):
             await wait_paused(client.api, pinfo.sandbox_id)
-            resumed.append(
-                await timed(lambda: pausing.execute(psid, "bash", TRUE, timeout_s=None, limits=LIMITS))
-            )
+            resumed.append(await timed(lambda: pausing.execute(bash_true(psid), LIMITS)))
         row("4. first call after pause", resumed)
     finally:
         await pausing.close()

@@ -3,9 +3,16 @@
 The dispatcher sits between the link (frames in, outcomes out) and the sandbox manager. It owns
 three rules:
 
-* **Policy first.** Every provision (explicit, or implied by the first execute of a session) is
-  resolved against the local :class:`~edge_agent.policy.Policy`; a refusal is a ``Failure`` with
-  ``POLICY_DENIED`` and a message naming the rule.
+* **Policy first.** Every sandbox spec (a provision's, or the one an execute carries: the first of
+  a session on a connection, or a changed one) is resolved against the local
+  :class:`~edge_agent.policy.Policy` and the limits remembered for the session; a refusal is a
+  ``Failure`` with ``POLICY_DENIED`` and a message naming the rule. An execute without a spec uses
+  the remembered limits; with none remembered (the edge restarted, or destroyed the sandbox) it is
+  refused with ``SANDBOX_SPEC_REQUIRED`` before anything is journaled, and the control plane sends
+  it again with the spec.
+* **A tool call is checked once, at the door**, into a :class:`~edge_agent.sandbox.ToolCall`
+  carrying its one deadline (the request's, or the tool's timeout if that ends first), which the
+  manager and the channel honour; bad input is a tool error.
 * **Exactly once per idempotency key.** A key already finished returns its stored outcome; a key
   running now is joined; a key that started before a crash and never finished is answered with a
   tool error (never run twice). See :mod:`edge_agent.journal`.
@@ -21,14 +28,19 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from edge_agent.egress import EgressMode
-from edge_agent.errors import EdgeError, PolicyDenied, RepositoryError
+from edge_agent.errors import (
+    EdgeError,
+    InvalidToolInput,
+    PolicyDenied,
+    RepositoryError,
+    SandboxSpecRequired,
+)
 from edge_agent.journal import JournalState, ResultJournal
 from edge_agent.mcp import McpConnectionFailed, McpError, McpHub, McpInvalidArguments
 from edge_agent.policy import Policy
-from edge_agent.sandbox import SandboxLimits, SandboxManager
+from edge_agent.sandbox import SandboxLimits, SandboxManager, ToolCall
 from outpost_wire.codec import decode_outcome, encode_outcome
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import (
@@ -105,18 +117,25 @@ class Dispatcher:
         return True
 
     async def _within_deadline(self, request: Request) -> Outcome:
-        if request.deadline_ms:
-            remaining = request.deadline_ms / 1000 - self._clock()
-            if remaining <= 0:
-                return Failure(
-                    ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed before it reached the edge"
-                )
-            try:
-                async with asyncio.timeout(remaining):
-                    return await self._route(request)
-            except TimeoutError:
-                return Failure(ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed")
-        return await self._route(request)
+        """A request whose deadline passed before it got here is refused. A tool call carries its
+        deadline down itself (:class:`~edge_agent.sandbox.ToolCall`); a provision or a destroy
+        is bounded by it here."""
+        remaining = self._remaining_s(request)
+        if remaining is not None and remaining <= 0:
+            return Failure(
+                ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed before it reached the edge"
+            )
+        if remaining is None or isinstance(request.op, Execute | McpCall):
+            return await self._route(request)
+        try:
+            async with asyncio.timeout(remaining):
+                return await self._route(request)
+        except TimeoutError:
+            return Failure(ErrorCode.DEADLINE_EXCEEDED, "the request's deadline passed")
+
+    def _remaining_s(self, request: Request) -> float | None:
+        """Seconds left until the request's deadline (None: it has none)."""
+        return request.deadline_ms / 1000 - self._clock() if request.deadline_ms else None
 
     async def _route(self, request: Request) -> Outcome:
         op = request.op
@@ -176,25 +195,50 @@ class Dispatcher:
         return await asyncio.shield(task)
 
     async def _run_once(self, key: str, request: Request, op: Execute) -> Outcome:
+        """The door of a sandbox tool call: settle the session's limits, parse and check the call
+        into a :class:`ToolCall` with its one deadline, and only then journal and run it. A
+        missing spec is a ``SANDBOX_SPEC_REQUIRED`` failure and bad input a tool error, both
+        before the journal hears of the key (the control plane sends a refused call again, with
+        the same key)."""
+        now = asyncio.get_running_loop().time()
+        remaining = self._remaining_s(request)
+        limits = self._limits_for(request.session_id, op.sandbox)
         try:
-            tool_input = json.loads(op.input_json) if op.input_json else {}
-        except json.JSONDecodeError as exc:
-            return ToolResult.error(f"tool input is not valid JSON: {exc.msg}")
-        if not isinstance(tool_input, dict):
-            return ToolResult.error("tool input must be a JSON object")
-        if op.sandbox is not None:  # the sandbox to make if the session has none yet
-            limits = self._limits[request.session_id] = self._resolve(op.sandbox)
-        else:
-            limits = self._limits.get(request.session_id) or self._policy.resolve()
+            call = ToolCall.from_json(
+                request.session_id,
+                op.tool,
+                op.input_json,
+                now=now,
+                timeout_ms=op.timeout_ms,
+                deadline=None if remaining is None else now + remaining,
+            )
+        except InvalidToolInput as exc:
+            return ToolResult.error(exc.message)
         existing = await self._journal.start(key, request.session_id)
         if existing is not None:
             if existing.state is JournalState.FINISHED and existing.outcome is not None:
                 log.info("key %s already finished; returning the stored result", key)
                 return decode_outcome(existing.outcome)
             return ToolResult.error(INTERRUPTED_MESSAGE)
-        outcome: Outcome = await self._run_tool(request.session_id, op, tool_input, limits)
+        outcome: Outcome = await self._run_tool(call, limits)
         await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
+
+    def _limits_for(self, session_id: str, spec: Provision | None) -> SandboxLimits:
+        """The session's limits: ``spec`` resolved against the policy (and remembered) when the
+        call carries one, else the ones remembered from the session's last spec. Raises
+        :class:`SandboxSpecRequired` when there are none (this edge restarted or destroyed the
+        session's sandbox since), :class:`PolicyDenied` for a spec the policy refuses."""
+        if spec is not None:
+            limits = self._limits[session_id] = self._resolve(spec)
+            return limits
+        known = self._limits.get(session_id)
+        if known is None:
+            raise SandboxSpecRequired(
+                f"this edge holds no sandbox spec for session {session_id} (it restarted or "
+                "destroyed the session's sandbox since); send the call again with the spec"
+            )
+        return known
 
     async def _mcp_once(self, key: str, request: Request, op: McpCall) -> Outcome:
         """One call to a private MCP server, journaled like a sandbox tool call."""
@@ -213,7 +257,12 @@ class Dispatcher:
             if existing.state is JournalState.FINISHED and existing.outcome is not None:
                 return decode_outcome(existing.outcome)
             return ToolResult.error(INTERRUPTED_MESSAGE)
-        timeout_s = op.timeout_ms / 1000 if op.timeout_ms else None
+        # One deadline: the call's own timeout, cut to the request's deadline.
+        bounds = [op.timeout_ms / 1000] if op.timeout_ms else []
+        remaining = self._remaining_s(request)
+        if remaining is not None:
+            bounds.append(remaining)
+        timeout_s = max(0.001, min(bounds)) if bounds else None
         outcome: Outcome
         try:
             result = await self._mcp.call(op.server, op.tool, arguments, timeout_s=timeout_s)
@@ -228,14 +277,9 @@ class Dispatcher:
         await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
 
-    async def _run_tool(
-        self, session_id: str, op: Execute, tool_input: dict[str, Any], limits: SandboxLimits
-    ) -> Outcome:
-        timeout_s = op.timeout_ms / 1000 if op.timeout_ms else None
+    async def _run_tool(self, call: ToolCall, limits: SandboxLimits) -> Outcome:
         try:
-            return await self._manager.execute(
-                session_id, op.tool, tool_input, timeout_s=timeout_s, limits=limits
-            )
+            return await self._manager.execute(call, limits)
         except EdgeError as exc:
             # Policy and capacity refusals, and repositories that could not be cloned, are
             # failures of the request (typed, for the control plane); anything about the sandbox

@@ -11,6 +11,10 @@ tunnel turns any of them into ``(code, message)`` without knowing the class::
         ├── SandboxUnavailable        a sandbox could not be created/reached  SANDBOX_UNAVAILABLE
         ├── UnknownSession            no sandbox exists for the session       UNKNOWN_SESSION
         ├── ConfigError               the edge's configuration is invalid     INVALID_REQUEST
+        ├── InvalidToolInput          a tool call's input is not JSON, not an INVALID_REQUEST
+        │                             object, or does not match the tool's schema
+        ├── SandboxSpecRequired       an execute without a sandbox spec for a SANDBOX_SPEC_REQUIRED
+        │                             session this edge holds none for
         ├── EdgeRefused               the control plane refuses this edge for UNAUTHENTICATED
         │                             good: revoked, unknown (.reason)
         └── RepositoryError           a session repository could not be put   REPOSITORY_CLONE_FAILED
@@ -37,6 +41,7 @@ __all__ = [
     "ConfigError",
     "EdgeError",
     "EdgeRefused",
+    "InvalidToolInput",
     "PolicyDenied",
     "RepositoryAuthenticationFailed",
     "RepositoryCheckoutFailed",
@@ -44,6 +49,7 @@ __all__ = [
     "RepositoryForbidden",
     "RepositoryNotFound",
     "RepositoryRefused",
+    "SandboxSpecRequired",
     "SandboxUnavailable",
     "UnknownSession",
 ]
@@ -92,6 +98,22 @@ class ConfigError(EdgeError):
     """The edge's configuration (file, environment, arguments) is invalid."""
 
     code = ErrorCode.INVALID_REQUEST
+
+
+class InvalidToolInput(EdgeError):
+    """A tool call's input is not valid JSON, not an object, or does not match the tool's schema
+    (an unknown tool, field or value). The dispatcher answers it as a tool error, with this
+    message, before anything runs."""
+
+    code = ErrorCode.INVALID_REQUEST
+
+
+class SandboxSpecRequired(EdgeError):
+    """An ``Execute`` came without a sandbox spec for a session this edge holds no spec for (it
+    restarted, or destroyed the session's sandbox). The control plane sends the call again, with
+    the spec; nothing ran."""
+
+    code = ErrorCode.SANDBOX_SPEC_REQUIRED
 
 
 class EdgeRefused(EdgeError):

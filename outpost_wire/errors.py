@@ -54,6 +54,9 @@ class ErrorCode(enum.Enum):
     REPOSITORY_FORBIDDEN = "repository_forbidden"  # the credential may not read the repository
     REPOSITORY_NOT_FOUND = "repository_not_found"
     REPOSITORY_CHECKOUT_FAILED = "repository_checkout_failed"  # the branch or commit does not exist
+    # An Execute without a sandbox spec for a session the edge holds none for (it restarted, or
+    # destroyed the sandbox): nothing ran; the control plane sends the call again with the spec.
+    SANDBOX_SPEC_REQUIRED = "sandbox_spec_required"
 
 
 class OutpostError(Exception):

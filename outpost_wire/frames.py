@@ -160,8 +160,9 @@ class Repository:
 class Provision:
     """Create the session's sandbox if it does not exist. 0 / "" = the edge's default.
 
-    ``repositories``: the session's git repositories (see :class:`Repository`). A sandbox request
-    carries them every time, so the edge always knows the session's current set (and tokens).
+    ``repositories``: the session's git repositories (see :class:`Repository`). The spec is sent
+    once per connection and session (as a ``Provision``, or in the first :class:`Execute`) and
+    again when it changes, so the edge knows the session's current set (and tokens).
     """
 
     image: str = ""
@@ -176,9 +177,14 @@ class Provision:
 class Execute:
     """Run one tool call in the session's sandbox (provisioning it first if needed).
 
-    ``sandbox`` is the sandbox to create if the session has none yet (image, limits, egress), so a
-    lazily provisioned sandbox matches what a ``Provision`` would have asked for; ``None`` = the
-    edge's defaults. It does not change a sandbox that already exists.
+    ``sandbox`` is the session's sandbox spec (image, limits, egress, repositories), so a lazily
+    provisioned sandbox matches what a ``Provision`` would have asked for. It travels at provision
+    only: the control plane sends it with the first call of the session on a connection (and again
+    when it changed), ``None`` afterwards = the spec the edge holds for the session. An edge that
+    holds none (it restarted, or destroyed the sandbox) answers ``Failure(SANDBOX_SPEC_REQUIRED)``
+    before running or journaling anything, and the call comes again with the spec and the same
+    idempotency key. ``timeout_ms`` caps the tool's own timeout (0 = the tool's); the request's
+    ``deadline_ms`` bounds the whole call, provisioning included.
     """
 
     tool: str

@@ -24,6 +24,15 @@ No edge: a call for an environment with no connected edge waits up to ``edge_wai
 connect (the call goes on as soon as one does), then fails. ``edges_connected`` tells the harness,
 before a call, that it is about to wait, so the session hears of it at once.
 
+The sandbox spec travels at provision only: the gateway sends a session's spec (image, limits,
+egress, repositories with their tokens) once per edge connection, with the first call of the
+session that reaches it (an explicit ``provision``, or the first ``execute``, which provisions
+lazily), and again only when the spec changed (a rotated token, an environment's new networking);
+later ``Execute`` frames go without it. The mark of what a connection was sent is dropped when
+the connection drops, when the session is destroyed and when it moves edges. An edge that holds no
+spec for the session (it restarted, say) answers ``SANDBOX_SPEC_REQUIRED`` before it runs or
+journals anything, and the call is sent again, once, with the spec and the same idempotency key.
+
 Failures surface as typed errors: :class:`~control_plane.errors.EdgeUnavailable` when no edge can
 take the call, :class:`~outpost_wire.errors.RemoteError` when the edge refused it (policy,
 capacity, deadline, a repository that could not be cloned: ``REPOSITORY_*`` codes ...). A tool that
@@ -34,6 +43,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import logging
 import random
@@ -107,10 +117,11 @@ class EdgeGateway:
         on_move: Callable[[SandboxMove], None] | None = None,
     ) -> None:
         """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
-        limits, egress from its environment; its git repositories, with their tokens); sent with
-        provisions and with every execute, so that a sandbox made lazily by the edge is made as
-        the session says, and the edge always has the session's current repositories. Default:
-        the edge's defaults, no network, no repositories. ``rng`` breaks placement ties.
+        limits, egress from its environment; its git repositories, with their tokens); read for
+        every provision and execute, and sent to an edge when it does not hold it yet (see the
+        module docstring), so that a sandbox made lazily by the edge is made as the session says,
+        and the edge has the session's current repositories. Default: the edge's defaults, no
+        network, no repositories. ``rng`` breaks placement ties.
         ``on_move`` is told of every sandbox move as it happens (the metrics count them)."""
         self._on_move = on_move
         self._registry = registry
@@ -120,6 +131,8 @@ class EdgeGateway:
         self._clock = clock
         self._sticky: dict[str, str] = {}  # session id -> edge id
         self._moves: dict[str, SandboxMove] = {}  # session id -> a move not yet reported
+        # connection -> session id -> digest of the sandbox spec that connection's edge was sent
+        self._specs_sent: dict[EdgeConnection, dict[str, bytes]] = {}
         self.draining = False
         #: Durable placement (set by the control plane to its store); ``None``: memory only.
         self.placements: SandboxPlacements | None = None
@@ -245,6 +258,7 @@ class EdgeGateway:
         control plane restarted, say), every connected edge of the environment is asked."""
         edge_id = self._sticky.pop(session_id, None)
         self._moves.pop(session_id, None)
+        self._forget_spec(session_id)
         if self.draining:
             raise GatewayDraining("this control plane is shutting down; the call goes to another one")
         if edge_id is None:
@@ -278,17 +292,33 @@ class EdgeGateway:
     async def _call(
         self, session_id: str, environment_id: str, op: Provision | Execute, key: str, timeout_s: float
     ) -> Outcome:
-        """Send ``op`` to the session's edge. A session placed afresh by this call that its new
-        edge refuses for capacity (another control-plane process filled it since its last
-        heartbeat, say) is placed again on another edge; the edge ran nothing."""
+        """Send ``op`` to the session's edge (an ``Execute`` without its sandbox spec when that
+        edge's connection was sent the same spec already). A session placed afresh by this call
+        that its new edge refuses for capacity (another control-plane process filled it since its
+        last heartbeat, say) is placed again on another edge; the edge ran nothing. An edge that
+        holds no spec for the session is sent the call again, with it."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + timeout_s
         refused: set[str] = set()
         while True:
             conn, fresh = await self._pick_edge(session_id, environment_id, refused=frozenset(refused))
+            sent = self._without_held_spec(conn, session_id, op)
             try:
-                outcome = await self._call_edge(conn.edge_id, session_id, op, key, timeout_s)
+                outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
+                if sent is not op and _spec_required(outcome):
+                    log.info(
+                        "session %s: edge %s holds no sandbox spec for it (it restarted?); "
+                        "sending the call again with the spec",
+                        session_id,
+                        conn.edge_id,
+                    )
+                    self._forget_spec(session_id)
+                    sent = op
+                    outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
             finally:
                 if fresh:
                     self._book.answered(session_id, self._registry.get(conn.edge_id) or conn)
+            self._note_spec(conn.edge_id, session_id, sent, outcome)
             if fresh and isinstance(outcome, Failure) and outcome.code is ErrorCode.CAPACITY_EXHAUSTED:
                 log.info(
                     "session %s: edge %s is full (%s); placing the session on another edge",
@@ -300,6 +330,33 @@ class EdgeGateway:
                 self._book.unplace(session_id, conn.edge_id)
                 continue
             return outcome
+
+    def _without_held_spec(
+        self, conn: EdgeConnection, session_id: str, op: Provision | Execute
+    ) -> Provision | Execute:
+        """``op`` as it goes to ``conn``: an ``Execute`` without its spec when the connection's
+        edge was sent that very spec for the session (and answered)."""
+        if not isinstance(op, Execute) or op.sandbox is None or conn.closed.is_set():
+            return op
+        if self._specs_sent.get(conn, {}).get(session_id) != _digest(op.sandbox):
+            return op
+        return dataclasses.replace(op, sandbox=None)
+
+    def _note_spec(self, edge_id: str, session_id: str, sent: Provision | Execute, outcome: Outcome) -> None:
+        """Remember that the edge's connection holds the spec ``sent`` carried, once the edge
+        answered it with anything but a failure (a refused spec is sent again next time)."""
+        spec = sent if isinstance(sent, Provision) else sent.sandbox
+        conn = self._registry.get(edge_id)
+        if spec is None or isinstance(outcome, Failure) or conn is None or conn.closed.is_set():
+            return
+        for gone in [c for c in self._specs_sent if c.closed.is_set()]:
+            del self._specs_sent[gone]  # a dropped connection's edge may have forgotten them
+        self._specs_sent.setdefault(conn, {})[session_id] = _digest(spec)
+
+    def _forget_spec(self, session_id: str) -> None:
+        """Send the session's spec with its next call, on whatever connection."""
+        for held in self._specs_sent.values():
+            held.pop(session_id, None)
 
     async def _pick_edge(
         self,
@@ -372,6 +429,7 @@ class EdgeGateway:
 
     def _moved(self, session_id: str, move: SandboxMove) -> None:
         """Keep the move for the harness to report (``take_move``), and tell ``on_move``."""
+        self._forget_spec(session_id)
         self._moves[session_id] = move
         if self._on_move is not None:
             self._on_move(move)
@@ -531,7 +589,7 @@ class EdgeGateway:
             if conn is not None:
                 conn.send_cancel(request.request_id)
             raise RemoteError(
-                ErrorCode.DEADLINE_EXCEEDED, f"no answer from edge {edge_id} within {timeout_s:g} s"
+                ErrorCode.DEADLINE_EXCEEDED, f"no answer from edge {edge_id} within {timeout_s:.3g} s"
             ) from None
         finally:
             self._registry.forget(request.request_id)
@@ -553,6 +611,17 @@ def _all_full(
         f"every edge of environment {environment_id} is full: {len(candidates)} edge(s), "
         f"{used} of {capacity} sandboxes in use or being made{note}",
     )
+
+
+def _digest(spec: Provision) -> bytes:
+    """A fingerprint of a sandbox spec, tokens included (a rotated token changes it; ``repr``
+    hides them, ``astuple`` does not); kept instead of the spec, so that no token stays in memory
+    for it."""
+    return hashlib.sha256(repr(dataclasses.astuple(spec)).encode()).digest()
+
+
+def _spec_required(outcome: Outcome) -> bool:
+    return isinstance(outcome, Failure) and outcome.code is ErrorCode.SANDBOX_SPEC_REQUIRED
 
 
 def _unexpected(outcome: Outcome) -> RemoteError:

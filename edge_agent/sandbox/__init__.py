@@ -2,7 +2,8 @@
 
 The lead object is :class:`SandboxManager`; it drives the :class:`ContainerRuntime` it is given,
 which :class:`DockerRuntime` implements as the single seam to the Docker SDK; ``sandboxd`` (a
-stdlib-only program sent into each container at start) runs the tools.
+stdlib-only program sent into each container at start) runs the tools. A tool call is a
+:class:`ToolCall`, checked once at the edge's door, with one deadline.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from .container_runtime import ContainerRuntime
 from .docker_runtime import DockerRuntime
 from .manager import ReconcileReport, SandboxInfo, SandboxManager
 from .spec import SandboxLimits, SandboxSpec
+from .tool_call import ToolCall
 
 __all__ = [
     "ContainerRuntime",
@@ -22,4 +24,5 @@ __all__ = [
     "SandboxLimits",
     "SandboxManager",
     "SandboxSpec",
+    "ToolCall",
 ]

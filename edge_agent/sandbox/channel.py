@@ -32,8 +32,9 @@ from .protocol import (
     to_tool_result,
 )
 from .sandboxd import BOOTSTRAP, payload
+from .tool_call import ToolCall
 
-__all__ = ["CallTimeout", "DaemonChannel", "daemon_source"]
+__all__ = ["CallTimeout", "DaemonChannel", "daemon_source", "report_margin_s"]
 
 log = logging.getLogger(__name__)
 
@@ -41,10 +42,17 @@ _READ_CHUNK = 256 * 1024
 _STDERR_TAIL = 4096
 _LARGE_FRAME = 1024 * 1024  # decode bigger frames off the event loop
 _DRAIN_ABOVE = 256 * 1024
+_REPORT_MARGIN_S = 1.0
 
 
 class CallTimeout(SandboxUnavailable):
-    """The daemon did not answer within the call's deadline (the channel itself is still up)."""
+    """The daemon did not answer by the call's deadline (the channel itself is still up)."""
+
+
+def report_margin_s(remaining_s: float) -> float:
+    """How long before a call's deadline the daemon's own timeout ends: a second, or a quarter of
+    the time left when less than four seconds are."""
+    return min(_REPORT_MARGIN_S, max(0.0, remaining_s) / 4)
 
 
 @functools.cache
@@ -124,27 +132,35 @@ class DaemonChannel:
     def close_reason(self) -> str:
         return self._close_reason
 
-    async def call(
-        self, tool: str, tool_input: Mapping[str, Any], *, timeout_ms: int, deadline_s: float
-    ) -> ToolResult:
-        """Run one tool call. Raises :class:`SandboxUnavailable` if the channel is or goes down,
-        :class:`CallTimeout` if no answer arrives within ``deadline_s`` (the call is cancelled)."""
+    async def call(self, call: ToolCall) -> ToolResult:
+        """Run one checked tool call; wait for the answer until ``call.deadline``. The daemon is
+        told the tool's own timeout, cut to end :func:`report_margin_s` before the deadline (so
+        that it reports its timeout, with the partial output, before the edge gives up). Raises
+        :class:`SandboxUnavailable` if the channel is or goes down, :class:`CallTimeout` if no
+        answer arrives by the deadline (the call is cancelled)."""
         if self._closed:
             raise SandboxUnavailable(self._close_reason)
+        loop = asyncio.get_running_loop()
+        remaining = call.deadline - loop.time()
+        timeout_ms = min(call.timeout_ms, int((remaining - report_margin_s(remaining)) * 1000))
+        if timeout_ms < 1:
+            raise CallTimeout("the call's deadline passed before the sandbox was ready to run it")
         req_id = next(self._ids)
-        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[ToolResult] = loop.create_future()
         self._pending[req_id] = future
         try:
-            frame = encode_frame({"id": req_id, "tool": tool, "input": tool_input, "timeout_ms": timeout_ms})
+            frame = encode_frame(
+                {"id": req_id, "tool": call.tool, "input": call.input, "timeout_ms": timeout_ms}
+            )
             self._writer.write(frame)
             if self._writer.transport.get_write_buffer_size() > _DRAIN_ABOVE:
                 async with self._drain_lock:
                     await self._writer.drain()
-            async with asyncio.timeout(deadline_s):
+            async with asyncio.timeout_at(call.deadline):
                 return await future
         except TimeoutError:
             self._send_cancel(req_id)
-            raise CallTimeout(f"the sandbox did not answer within {deadline_s:g}s") from None
+            raise CallTimeout(f"the sandbox did not answer within {remaining:.1f}s") from None
         except asyncio.CancelledError:
             self._send_cancel(req_id)
             raise

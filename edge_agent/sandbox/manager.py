@@ -15,8 +15,10 @@ Containers and volumes carry labels (``outpost.managed``, ``outpost.edge_id``,
 The engine is a :class:`~.container_runtime.ContainerRuntime` given to the constructor (Docker in
 production, an in-memory fake in unit tests).
 
-A tool call goes through a held channel to the in-sandbox daemon (:mod:`.channel`): no Docker API
-call on the hot path, except ``unpause`` after an idle period.
+A tool call (a :class:`~.tool_call.ToolCall`, checked at the edge's door) goes through a held
+channel to the in-sandbox daemon (:mod:`.channel`): no Docker API call on the hot path, except
+``unpause`` after an idle period. The call's one deadline covers making the sandbox ready and the
+tool's run.
 
 Egress (:mod:`edge_agent.egress`) is part of a sandbox's limits and fixed at creation: the
 manager asks its :class:`~edge_agent.egress.EgressController` where to attach the container,
@@ -82,7 +84,7 @@ from .spec import (
     sandbox_labels,
     volume_name,
 )
-from .toolset import request_timeout_ms, validate_input
+from .tool_call import ToolCall
 
 __all__ = ["ReconcileReport", "SandboxInfo", "SandboxManager"]
 
@@ -179,7 +181,6 @@ class SandboxManager:
         self._idle = IdlePauser(runtime, self._sandboxes, self._locks, idle_pause_s)
         self._started = False
         self._closed = False
-        self.call_grace_s = 5.0  # how much longer than the tool's own timeout we wait for an answer
         self.user = "1000:1000"
         self.workdir = "/workspace"
         self._background: set[asyncio.Task[None]] = set()
@@ -628,39 +629,37 @@ class SandboxManager:
 
     # tool calls ------------------------------------------------------------------------------
 
-    async def execute(
-        self,
-        session_id: str,
-        tool: str,
-        tool_input: dict[str, Any],
-        *,
-        timeout_s: float | None,
-        limits: SandboxLimits,
-    ) -> ToolResult:
-        """Run one tool call in the session's sandbox, provisioning or resuming it as needed.
+    async def execute(self, call: ToolCall, limits: SandboxLimits) -> ToolResult:
+        """Run one checked tool call in the session's sandbox, provisioning or resuming it as
+        needed, all by ``call.deadline`` (making the sandbox ready counts against it).
 
-        Invalid input, a tool failure, a timeout and a sandbox that dies mid-call are all tool
-        errors (``is_error``); a read-only tool (read, glob, grep) whose sandbox dies is retried
-        once in the replacement instead. Only failing to provision raises
+        A tool failure, a timeout and a sandbox that dies mid-call are all tool errors
+        (``is_error``); a read-only tool (read, glob, grep) whose sandbox dies is retried once in
+        the replacement instead, by the same deadline. Only failing to provision raises
         (:class:`CapacityExhausted`, :class:`SandboxUnavailable`).
         """
         self._check_open()
-        problem = validate_input(tool, tool_input)
-        if problem is not None:
-            return ToolResult.error(problem)
-        timeout_ms = request_timeout_ms(tool, tool_input, timeout_s)
+        session_id, tool = call.session_id, call.tool
         attempts = 2 if tool in _IDEMPOTENT_TOOLS else 1
         while True:
             attempts -= 1
-            async with self._locks.hold(session_id):
-                sb, _ = await self._ensure(session_id, limits)
-                channel = sb.channel
-                assert channel is not None
-                sb.inflight += 1
+            started = time.monotonic()
+            budget = asyncio.timeout_at(call.deadline)
             try:
-                return await channel.call(
-                    tool, tool_input, timeout_ms=timeout_ms, deadline_s=timeout_ms / 1000 + self.call_grace_s
+                async with budget, self._locks.hold(session_id):
+                    sb, _ = await self._ensure(session_id, limits)
+            except TimeoutError:
+                if not budget.expired():
+                    raise
+                return ToolResult.error(
+                    f"{tool}: the call's deadline passed while its sandbox was being made ready "
+                    f"(after {time.monotonic() - started:.1f}s); the tool did not run"
                 )
+            channel = sb.channel
+            assert channel is not None
+            sb.inflight += 1  # no await since the lock was let go: the idle pauser sees it
+            try:
+                return await channel.call(call)
             except CallTimeout as exc:
                 return ToolResult.error(f"{tool}: {exc.message}")
             except SandboxUnavailable as exc:

@@ -55,6 +55,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     ERROR_CODE_REPOSITORY_FORBIDDEN: _ErrorCode.ValueType  # 18
     ERROR_CODE_REPOSITORY_NOT_FOUND: _ErrorCode.ValueType  # 19
     ERROR_CODE_REPOSITORY_CHECKOUT_FAILED: _ErrorCode.ValueType  # 20
+    ERROR_CODE_SANDBOX_SPEC_REQUIRED: _ErrorCode.ValueType  # 21
+    """an Execute without a spec the edge does not hold"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """The closed set of error codes on the wire; mirrors outpost_wire.errors.ErrorCode member by member
@@ -82,6 +84,8 @@ ERROR_CODE_REPOSITORY_AUTHENTICATION_FAILED: ErrorCode.ValueType  # 17
 ERROR_CODE_REPOSITORY_FORBIDDEN: ErrorCode.ValueType  # 18
 ERROR_CODE_REPOSITORY_NOT_FOUND: ErrorCode.ValueType  # 19
 ERROR_CODE_REPOSITORY_CHECKOUT_FAILED: ErrorCode.ValueType  # 20
+ERROR_CODE_SANDBOX_SPEC_REQUIRED: ErrorCode.ValueType  # 21
+"""an Execute without a spec the edge does not hold"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
 
 class _EgressMode:
@@ -434,7 +438,10 @@ class Execute(_message.Message):
     timeout_ms: _builtins.int
     @_builtins.property
     def sandbox(self) -> Global___Provision:
-        """the sandbox to create if the session has none yet; absent = defaults"""
+        """The session's sandbox spec: sent with the first call of the session on a connection (and
+        again when it changes); absent = the one this edge holds for the session. An edge that holds
+        none answers Failure SANDBOX_SPEC_REQUIRED, and the control plane sends the call again with it.
+        """
 
     def __init__(
         self,

@@ -4,7 +4,8 @@
   fixed sleeps).
 - ``e2e``: the end-to-end tests' plain helpers (their API client, constants); the fixtures stay in
   ``tests/e2e/conftest.py``.
-- ``fake_runtime``: an in-memory ``ContainerRuntime`` for the sandbox manager's unit tests.
+- ``fake_runtime``: an in-memory ``ContainerRuntime`` for the sandbox manager's unit tests;
+  ``sandbox_calls``: tool calls straight to a manager, checked at the same door as the dispatcher's.
 - ``docker_engine``: the Docker engine for tests (image check, leftovers sweep, one edge's teardown, a
   condition that a call has started in a session's sandbox); ``pg``: the PostgreSQL test cluster.
 

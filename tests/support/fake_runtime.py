@@ -92,6 +92,7 @@ class FakeContainer:
     state: ContainerState = ContainerState.CREATED
     history: list[ContainerState] = field(default_factory=lambda: [ContainerState.CREATED])
     commands: list[str] = field(default_factory=list)  # bash commands run through the channel
+    timeouts_ms: list[int] = field(default_factory=list)  # the timeout_ms each call's frame told
     execs: list[list[str]] = field(default_factory=list)  # exec_run commands
     daemons: set[_FakeDaemon] = field(default_factory=set)
     running: asyncio.Event = field(default_factory=asyncio.Event)  # set while running
@@ -417,6 +418,7 @@ class _FakeDaemon:
                         cancelled.cancel()
                     continue
                 req_id = int(message["id"])
+                self.container.timeouts_ms.append(int(message.get("timeout_ms") or 0))
                 self.requests[req_id] = asyncio.create_task(self._answer(req_id, message))
         except (asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass  # the edge closed the stream (or sent garbage): sandboxd exits

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from edge_agent.egress import EgressMode, EgressSpec
 from edge_agent.egress.addresses import IPAddress
 from edge_agent.sandbox import SandboxLimits, SandboxManager
+from tests.support.sandbox_calls import run_tool
 
 IMAGE = "outpost-sandbox:1"
 EDGE_PREFIX = f"test-egr-{uuid.uuid4().hex[:8]}"
@@ -147,8 +148,8 @@ class Shell:
         self.limits = sandbox_limits
 
     async def run(self, command: str) -> str:
-        result = await self.manager.execute(
-            self.session_id, "bash", {"command": command}, timeout_s=30, limits=self.limits
+        result = await run_tool(
+            self.manager, self.session_id, "bash", {"command": command}, timeout_s=30, limits=self.limits
         )
         assert not result.is_error, result.plain_text
         return result.plain_text.strip()
@@ -158,7 +159,8 @@ class Shell:
         return await self.run("python3 /workspace/net.py " + " ".join(str(a) for a in args))
 
     async def install(self) -> None:
-        result = await self.manager.execute(
+        result = await run_tool(
+            self.manager,
             self.session_id,
             "write",
             {"file_path": "/workspace/net.py", "content": NET_PY},

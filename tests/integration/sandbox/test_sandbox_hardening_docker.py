@@ -8,6 +8,7 @@ import pytest
 from _sandbox_support import LIMITS
 
 from edge_agent.sandbox import SandboxManager
+from tests.support.sandbox_calls import run_tool
 
 pytestmark = pytest.mark.docker
 
@@ -15,7 +16,7 @@ SID = "sesn_hard"
 
 
 async def sh(manager: SandboxManager, command: str) -> tuple[str, bool]:
-    result = await manager.execute(SID, "bash", {"command": command}, timeout_s=30, limits=LIMITS)
+    result = await run_tool(manager, SID, "bash", {"command": command}, timeout_s=30, limits=LIMITS)
     return result.plain_text, result.is_error
 
 

@@ -12,12 +12,13 @@ from _sandbox_support import LIMITS, ManagerFactory
 from edge_agent.errors import CapacityExhausted
 from edge_agent.sandbox import SandboxManager
 from tests.support import eventually
+from tests.support.sandbox_calls import run_tool
 
 pytestmark = pytest.mark.docker
 
 
 async def bash(manager: SandboxManager, sid: str, command: str) -> Any:
-    return await manager.execute(sid, "bash", {"command": command}, timeout_s=None, limits=LIMITS)
+    return await run_tool(manager, sid, "bash", {"command": command}, limits=LIMITS)
 
 
 def state(docker_api: Any, container_id: str) -> str | None:
@@ -64,9 +65,7 @@ async def test_killed_container_is_a_tool_error_then_replaced(
     manager: SandboxManager, docker_api: Any
 ) -> None:
     sid = "sesn_kill"
-    await manager.execute(
-        sid, "write", {"file_path": "keep.txt", "content": "kept"}, timeout_s=None, limits=LIMITS
-    )
+    await run_tool(manager, sid, "write", {"file_path": "keep.txt", "content": "kept"}, limits=LIMITS)
     old = (await manager.provision(sid, LIMITS)).sandbox_id
 
     call = asyncio.create_task(bash(manager, sid, "sleep 60"))
@@ -80,7 +79,7 @@ async def test_killed_container_is_a_tool_error_then_replaced(
     result = await asyncio.wait_for(call, 10)
     assert result.is_error and "died" in result.plain_text
 
-    after = await manager.execute(sid, "read", {"file_path": "keep.txt"}, timeout_s=None, limits=LIMITS)
+    after = await run_tool(manager, sid, "read", {"file_path": "keep.txt"}, limits=LIMITS)
     assert (after.plain_text, after.is_error) == ("kept", False)
     new = (await manager.provision(sid, LIMITS)).sandbox_id
     assert new != old
@@ -95,7 +94,7 @@ async def test_read_only_tool_is_retried_in_the_replacement(manager: SandboxMana
     docker_api.containers.get(old).kill()
     await eventually(lambda: state(docker_api, old) != "running", what="the container to die")
     # Whether or not the edge noticed the death yet, a read is answered by the replacement.
-    result = await manager.execute(sid, "read", {"file_path": "f.txt"}, timeout_s=None, limits=LIMITS)
+    result = await run_tool(manager, sid, "read", {"file_path": "f.txt"}, limits=LIMITS)
     assert (result.plain_text, result.is_error) == ("data\n", False)
     assert (await bash(manager, sid, "cat f.txt")).plain_text == "data"
     assert (await manager.provision(sid, LIMITS)).sandbox_id != old

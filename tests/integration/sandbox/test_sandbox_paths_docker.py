@@ -12,6 +12,7 @@ from _sandbox_support import LIMITS, ManagerFactory
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from edge_agent.sandbox.channel import DaemonChannel
 from outpost_wire.results import ToolResult
+from tests.support.sandbox_calls import run_tool
 
 pytestmark = pytest.mark.docker
 
@@ -40,7 +41,7 @@ while time.monotonic() < end:
 
 
 async def run(manager: SandboxManager, tool: str, **tool_input: Any) -> ToolResult:
-    return await manager.execute(SID, tool, tool_input, timeout_s=60, limits=LIMITS)
+    return await run_tool(manager, SID, tool, tool_input, timeout_s=60, limits=LIMITS)
 
 
 async def test_openat2_is_available_in_a_sandbox(manager: SandboxManager, runtime: DockerRuntime) -> None:

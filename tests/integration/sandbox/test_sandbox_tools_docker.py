@@ -14,6 +14,7 @@ from _sandbox_support import LIMITS
 
 from edge_agent.sandbox import SandboxManager
 from outpost_wire.results import ImageBlock, ToolResult
+from tests.support.sandbox_calls import run_tool
 
 pytestmark = pytest.mark.docker
 
@@ -23,7 +24,7 @@ SID = "sesn_tools"
 async def run(
     manager: SandboxManager, tool: str, timeout_s: float | None = None, **tool_input: Any
 ) -> ToolResult:
-    return await manager.execute(SID, tool, tool_input, timeout_s=timeout_s, limits=LIMITS)
+    return await run_tool(manager, SID, tool, tool_input, timeout_s=timeout_s, limits=LIMITS)
 
 
 async def bash(manager: SandboxManager, command: str, **extra: Any) -> ToolResult:
@@ -147,11 +148,9 @@ async def test_file_tools_run_while_bash_is_busy(manager: SandboxManager) -> Non
 
 async def test_sessions_run_in_parallel(manager: SandboxManager) -> None:
     async def session(sid: str) -> tuple[str, float]:
-        await manager.execute(sid, "bash", {"command": "true"}, timeout_s=None, limits=LIMITS)
+        await run_tool(manager, sid, "bash", {"command": "true"}, limits=LIMITS)
         started = time.monotonic()
-        result = await manager.execute(
-            sid, "bash", {"command": f"sleep 1; echo {sid}"}, timeout_s=None, limits=LIMITS
-        )
+        result = await run_tool(manager, sid, "bash", {"command": f"sleep 1; echo {sid}"}, limits=LIMITS)
         return result.plain_text, time.monotonic() - started
 
     started = time.monotonic()

@@ -13,6 +13,7 @@ from _sandbox_support import LIMITS, ManagerFactory
 from edge_agent.errors import CapacityExhausted
 from edge_agent.sandbox import DockerRuntime, SandboxManager
 from tests.support import eventually
+from tests.support.sandbox_calls import run_tool
 
 pytestmark = pytest.mark.docker
 
@@ -21,7 +22,7 @@ FILL_TIMEOUT_S = 60.0
 
 
 async def bash(manager: SandboxManager, sid: str, command: str, limits: Any = LIMITS) -> str:
-    result = await manager.execute(sid, "bash", {"command": command}, timeout_s=None, limits=limits)
+    result = await run_tool(manager, sid, "bash", {"command": command}, limits=limits)
     assert not result.is_error, result.plain_text
     return result.plain_text
 
@@ -133,9 +134,7 @@ async def test_a_claimed_workspace_survives_a_replacement(manager_factory_pool: 
     old = (await manager.provision("sesn_keep", LIMITS)).sandbox_id
     runtime_kill = manager._runtime.kill
     await runtime_kill(old)
-    result = await manager.execute(
-        "sesn_keep", "read", {"file_path": "keep.txt"}, timeout_s=None, limits=LIMITS
-    )
+    result = await run_tool(manager, "sesn_keep", "read", {"file_path": "keep.txt"}, limits=LIMITS)
     assert not result.is_error and "kept" in result.plain_text  # a read-only tool is retried
     assert (await manager.provision("sesn_keep", LIMITS)).sandbox_id != old
     await manager.destroy("sesn_keep")

@@ -10,7 +10,8 @@ from typing import Any
 from edge_agent.dispatch import Dispatcher
 from edge_agent.journal import ResultJournal
 from edge_agent.policy import Policy
-from outpost_wire.frames import Execute, Request
+from edge_agent.sandbox import SandboxLimits, ToolCall
+from outpost_wire.frames import Execute, Provision, Request
 from outpost_wire.results import ToolResult
 from tests.support import eventually
 
@@ -22,14 +23,15 @@ class SlowManager:
         self.calls: list[str] = []
         self.release = asyncio.Event()
 
-    async def execute(self, session_id: str, tool: str, tool_input: Any, **kw: Any) -> ToolResult:
-        self.calls.append(session_id)
+    async def execute(self, call: ToolCall, limits: SandboxLimits) -> ToolResult:
+        self.calls.append(call.session_id)
         await self.release.wait()
-        return ToolResult.text(f"result of {session_id}")
+        return ToolResult.text(f"result of {call.session_id}")
 
 
 def call(session_id: str, request_id: str, key: str = "toolu_same") -> Request:
-    return Request(request_id, session_id, key, 0, Execute("bash", '{"command": "true"}'))
+    op = Execute("bash", '{"command": "true"}', sandbox=Provision())
+    return Request(request_id, session_id, key, 0, op)
 
 
 def text(outcome: Any) -> str:

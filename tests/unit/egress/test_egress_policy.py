@@ -13,7 +13,7 @@ from edge_agent.egress import EgressMode, EgressSpec
 from edge_agent.errors import ConfigError, PolicyDenied
 from edge_agent.journal import ResultJournal
 from edge_agent.policy import Policy
-from edge_agent.sandbox import SandboxLimits
+from edge_agent.sandbox import SandboxLimits, ToolCall
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Egress, Execute, Failure, Provision, Provisioned, Request
 from outpost_wire.results import ToolResult
@@ -124,8 +124,8 @@ class FakeManager:
         self.limits.append(limits)
         return type("Info", (), {"sandbox_id": "c1", "image": limits.image, "reused": False})()
 
-    async def execute(self, session_id: str, tool: str, tool_input: Any, **kw: Any) -> ToolResult:
-        self.limits.append(kw["limits"])
+    async def execute(self, call: ToolCall, limits: SandboxLimits) -> ToolResult:
+        self.limits.append(limits)
         return ToolResult.text("ok")
 
 

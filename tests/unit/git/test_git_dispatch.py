@@ -11,7 +11,7 @@ from edge_agent.egress import EgressMode, EgressSpec
 from edge_agent.errors import RepositoryAuthenticationFailed
 from edge_agent.journal import ResultJournal
 from edge_agent.policy import Policy
-from edge_agent.sandbox import SandboxLimits
+from edge_agent.sandbox import SandboxLimits, ToolCall
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import Egress, Execute, Failure, Provision, Provisioned, Repository, Request
 from outpost_wire.results import ToolResult
@@ -30,8 +30,8 @@ class FakeManager:
             raise self.fail
         return type("Info", (), {"sandbox_id": "c1", "image": limits.image, "reused": False})()
 
-    async def execute(self, session_id: str, tool: str, tool_input: Any, **kw: Any) -> ToolResult:
-        self.limits.append(kw["limits"])
+    async def execute(self, call: ToolCall, limits: SandboxLimits) -> ToolResult:
+        self.limits.append(limits)
         if self.fail is not None:
             raise self.fail
         return ToolResult.text("ok")

@@ -22,6 +22,7 @@ def test_exports() -> None:
         "ConfigError",
         "EdgeError",
         "EdgeRefused",
+        "InvalidToolInput",
         "PolicyDenied",
         "RepositoryAuthenticationFailed",
         "RepositoryCheckoutFailed",
@@ -29,6 +30,7 @@ def test_exports() -> None:
         "RepositoryForbidden",
         "RepositoryNotFound",
         "RepositoryRefused",
+        "SandboxSpecRequired",
         "SandboxUnavailable",
         "UnknownSession",
     ]
@@ -41,6 +43,8 @@ def test_exports() -> None:
         (SandboxUnavailable, ErrorCode.SANDBOX_UNAVAILABLE),
         (UnknownSession, ErrorCode.UNKNOWN_SESSION),
         (ConfigError, ErrorCode.INVALID_REQUEST),
+        (errors.InvalidToolInput, ErrorCode.INVALID_REQUEST),
+        (errors.SandboxSpecRequired, ErrorCode.SANDBOX_SPEC_REQUIRED),
     ],
 )
 def test_codes(cls: type[EdgeError], code: ErrorCode) -> None:

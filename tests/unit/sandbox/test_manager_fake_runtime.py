@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from edge_agent.errors import CapacityExhausted
-from edge_agent.sandbox import ContainerRuntime, SandboxLimits, SandboxManager
+from edge_agent.sandbox import ContainerRuntime, SandboxLimits, SandboxManager, ToolCall
 from edge_agent.sandbox.spec import (
     LABEL_CLAIMED,
     LABEL_POOL,
@@ -24,6 +24,7 @@ from outpost_wire.results import ToolResult
 from tests.support import eventually
 from tests.support.docker_engine import destroy_all_sandboxes
 from tests.support.fake_runtime import ContainerState, FakeContainer, FakeEngine
+from tests.support.sandbox_calls import run_tool
 
 LIMITS = SandboxLimits(image="outpost-sandbox:1", cpus=1.0, memory_bytes=512 << 20, pids=128)
 EDGE = "edge-fake-1"
@@ -60,7 +61,7 @@ async def make_manager(engine: FakeEngine) -> AsyncIterator[ManagerFactory]:
 
 
 async def call(manager: SandboxManager, session_id: str, tool: str, **tool_input: Any) -> ToolResult:
-    return await manager.execute(session_id, tool, tool_input, timeout_s=None, limits=LIMITS)
+    return await run_tool(manager, session_id, tool, tool_input, limits=LIMITS)
 
 
 async def write(manager: SandboxManager, session_id: str, path: str, content: str) -> None:
@@ -251,3 +252,30 @@ async def test_destroy_all_sandboxes_leaves_nothing_of_the_edge(
     await destroy_all_sandboxes(manager)
     assert [c.labels["outpost.session_id"] for c in engine.live()] == ["s3"]  # only the other edge's
     assert list(engine.volumes) == [volume_name("outpost", "s3")]
+
+
+async def test_one_deadline_the_daemon_is_told_the_tool_timeout_or_what_is_left_before_it(
+    engine: FakeEngine, make_manager: ManagerFactory
+) -> None:
+    manager = await make_manager()
+    container = engine.containers[(await manager.provision("s1", LIMITS)).sandbox_id]
+    assert not (await call(manager, "s1", "bash", command="true", timeout_ms=2000)).is_error
+    assert container.timeouts_ms == [2000]  # far from the deadline: the tool's own timeout
+    # A deadline 0.8 s away (a request's): the daemon is told less, to report before the edge gives
+    # up; the fake's sleep never answers, so the edge gives up at the deadline with a tool error.
+    now = asyncio.get_running_loop().time()
+    near = ToolCall.of("s1", "bash", {"command": "sleep 60"}, now=now, deadline=now + 0.8)
+    result = await manager.execute(near, LIMITS)
+    assert result.is_error and "the sandbox did not answer within" in result.plain_text
+    assert 0 < container.timeouts_ms[-1] <= 600  # 0.8 s at most, less the margin (a quarter)
+
+
+async def test_making_the_sandbox_ready_counts_against_the_deadline(
+    engine: FakeEngine, make_manager: ManagerFactory
+) -> None:
+    manager = await make_manager()
+    now = asyncio.get_running_loop().time()
+    late = ToolCall.of("s1", "bash", {"command": "echo hi"}, now=now, deadline=now - 0.001)
+    result = await manager.execute(late, LIMITS)
+    assert result.is_error and "deadline passed while its sandbox was being made ready" in result.plain_text
+    assert all(c.commands == [] for c in engine.live())  # the tool did not run

@@ -15,6 +15,7 @@ def test_exports() -> None:
         "SandboxLimits",
         "SandboxManager",
         "SandboxSpec",
+        "ToolCall",
     ]
     for name in sandbox.__all__:
         assert getattr(sandbox, name).__module__.startswith("edge_agent.sandbox.")
