@@ -5,7 +5,8 @@ headers alone, before any body is read), then the body-size limit (413 before a 
 oversized body). Every HTTP path needs an API key but liveness, readiness and enrollment
 (:data:`control_plane.api.auth.PUBLIC_PATHS`), and ``/metrics`` when ``ApiConfig.metrics_public``.
 The request id and the caller's API key id are bound to the log context for everything logged
-while the request is served. What each key may do: :mod:`control_plane.api.caller`.
+while the request is served. A path no route serves answers a 404 that names the feature Outpost
+does not serve (:mod:`control_plane.api.unrouted`). What each key may do: :mod:`control_plane.api.caller`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from control_plane.api.session_events import events_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
 from control_plane.api.streaming import StreamSlots
+from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
@@ -182,6 +184,7 @@ def create_app(services: ApiServices) -> FastAPI:
         app.include_router(metrics_router(services.metrics, auth))
     if services.tunnel_ws is not None:  # edges authenticate with a PoP token, not an API key
         app.router.add_websocket_route(WS_TUNNEL_PATH, services.tunnel_ws.handle)
+    app.router.default = UnroutedPaths(app.router.default)  # a typed 404 naming the feature
     return app
 
 

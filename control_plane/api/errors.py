@@ -139,9 +139,12 @@ def install_error_handlers(app: FastAPI) -> None:
         return _json_error(400, "invalid_request_error", "; ".join(parts) or "invalid request")
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         error_type = _STATUS_TYPES.get(exc.status_code, "api_error")
-        return _json_error(exc.status_code, error_type, str(exc.detail))
+        message = str(exc.detail)
+        if exc.status_code == 405:  # a routed path, another method (its Allow would name one route's)
+            message = f"{request.method} is not allowed on {request.url.path[:200]}"
+        return _json_error(exc.status_code, error_type, message)
 
     @app.exception_handler(OverflowError)
     async def _overflow(_: Request, exc: OverflowError) -> JSONResponse:
