@@ -7,7 +7,9 @@
         ├── NotFound              a resource, session, edge or event does not exist
         │   └── EnvironmentNotFound   (error_code environment_not_found)
         ├── Conflict              the id exists already
-        │   └── VersionConflict   optimistic concurrency: the resource moved on
+        │   ├── VersionConflict   optimistic concurrency: the resource moved on
+        │   ├── MemoryPreconditionFailed  a memory's content is not the expected_sha256
+        │   └── MemoryPathConflict        another memory holds the path (.conflicting_memory_id)
         ├── SequenceConflict      append: the log moved past the caller's expected_seq
         ├── Fenced                append: the writer's lease epoch is stale (a zombie harness)
         ├── TokenRejected         enrollment token unknown / revoked / used / expired (.reason)
@@ -42,6 +44,8 @@ __all__ = [
     "GatewayDraining",
     "InvalidRequest",
     "ListenFailed",
+    "MemoryPathConflict",
+    "MemoryPreconditionFailed",
     "NotConfigured",
     "NotFound",
     "PermissionDenied",
@@ -81,6 +85,26 @@ class VersionConflict(Conflict):
         super().__init__(f"{kind} {id!r} is at version {actual}, not {expected}")
         self.expected = expected
         self.actual = actual
+
+
+class MemoryPreconditionFailed(Conflict):
+    """A memory write's ``content_sha256`` precondition failed: the memory changed meanwhile
+    (the API answers 409 ``memory_precondition_failed_error``)."""
+
+    def __init__(self, memory_id: str, expected: str) -> None:
+        super().__init__(f"memory {memory_id!r} does not have content_sha256 {expected!r}")
+        self.memory_id = memory_id
+        self.expected = expected
+
+
+class MemoryPathConflict(Conflict):
+    """Another memory of the store holds the path (the API answers 409
+    ``memory_path_conflict_error``)."""
+
+    def __init__(self, path: str, conflicting_memory_id: str) -> None:
+        super().__init__(f"memory {conflicting_memory_id!r} holds the path {path!r} already")
+        self.path = path
+        self.conflicting_memory_id = conflicting_memory_id
 
 
 class SequenceConflict(ControlPlaneError):

@@ -36,6 +36,7 @@ from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
 from control_plane.api.fleet import FleetView
 from control_plane.api.health import ReadinessCheck, health_router
+from control_plane.api.memory_stores import memory_stores_router
 from control_plane.api.metrics import metrics_router
 from control_plane.api.operations import operations_router
 from control_plane.api.session_events import events_router
@@ -48,6 +49,7 @@ from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
 from control_plane.keys import ApiKeyService
+from control_plane.memory import MemoryService
 from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
 from control_plane.sandboxes import SandboxGateway, SandboxService
@@ -213,4 +215,8 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
         vaults_router(services.vault), dependencies=[Depends(unscoped_writes("changing vaults"))]
     )
     authed.include_router(api_keys_router(ApiKeyService(store, clock, forget=keys.forget)))
+    authed.include_router(
+        memory_stores_router(MemoryService(store, clock)),
+        dependencies=[Depends(unscoped_writes("changing memory stores"))],
+    )
     return authed

@@ -11,6 +11,9 @@ environment none of whose edges is connected) is a 503 ``api_error`` with ``deta
 overloaded (529), which this is not; ``GatewayDraining`` (this process is shutting down, the call
 goes to another) stays a 503 ``overloaded_error``. Any other control-plane error with an
 ``error_code`` (e.g. ``environment_not_found``) carries it as ``details: {"error_code": ...}``.
+A memory write whose ``content_sha256`` precondition fails is a 409
+``memory_precondition_failed_error``; one onto a path another memory holds is a 409
+``memory_path_conflict_error`` whose ``error`` also names ``conflicting_memory_id``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from control_plane.errors import (
     Fenced,
     GatewayDraining,
     InvalidRequest,
+    MemoryPathConflict,
+    MemoryPreconditionFailed,
     NotConfigured,
     NotFound,
     PermissionDenied,
@@ -91,6 +96,10 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 400, "invalid_request_error"
     if isinstance(exc, PermissionDenied):
         return 403, "permission_error"
+    if isinstance(exc, MemoryPreconditionFailed):
+        return 409, "memory_precondition_failed_error"
+    if isinstance(exc, MemoryPathConflict):
+        return 409, "memory_path_conflict_error"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
     if isinstance(exc, GatewayDraining | NotConfigured):
@@ -123,6 +132,10 @@ def install_error_handlers(app: FastAPI) -> None:
                 details["environment_id"] = exc.environment_id
             body["error"]["details"] = details
             return JSONResponse(body, status_code=status)
+        if isinstance(exc, MemoryPathConflict):  # the hosted API names the memory in the way
+            body = error_body(error_type, str(exc))
+            body["error"]["conflicting_memory_id"] = exc.conflicting_memory_id
+            return JSONResponse(body, status_code=status, headers={"x-should-retry": "false"})
         return _json_error(status, error_type, str(exc), exc.error_code)
 
     @app.exception_handler(RemoteError)

@@ -16,6 +16,7 @@ import base64
 import binascii
 import contextlib
 import gc
+import hashlib
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ __all__ = [
     "check_filters",
     "check_limit",
     "check_new_events",
+    "content_digest",
     "decode_resource_cursor",
     "decode_version_cursor",
     "dumps",
@@ -42,6 +44,7 @@ __all__ = [
     "loads",
     "opt_from_us",
     "opt_to_us",
+    "path_range",
     "paused_gc",
     "to_us",
 ]
@@ -234,3 +237,23 @@ def decode_version_cursor(cursor: str) -> int:
     if not isinstance(version, int) or isinstance(version, bool):
         raise InvalidRequest("invalid cursor", param="cursor")
     return version
+
+
+# -- memories -----------------------------------------------------------------------------------
+
+
+def content_digest(content: str) -> tuple[str, int]:
+    """A memory's ``content_sha256`` (lowercase hex of its UTF-8 bytes) and size in bytes."""
+    data = content.encode("utf-8")
+    return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def path_range(path_prefix: str, path_from: str | None) -> tuple[str, str]:
+    """The paths ``[low, high)`` that start with ``path_prefix`` (which ends with ``/``) and are
+    not before ``path_from``: every path starting with ``/a/`` sorts at or after ``/a/`` and before
+    ``/a0`` (``0`` is the character after ``/``), in code-point order, which is UTF-8 byte order."""
+    if not path_prefix.endswith("/"):
+        raise InvalidRequest("path_prefix must end with '/'", param="path_prefix")
+    high = path_prefix[:-1] + "0"
+    low = path_prefix if path_from is None or path_from < path_prefix else path_from
+    return low, high

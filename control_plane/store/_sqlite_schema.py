@@ -183,6 +183,47 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX resources_by_archive ON resources (kind, archived_at, id)"
         " WHERE archived_at IS NOT NULL",
     ),
+    # 10: the memories of memory stores (resources of kind memory_store), unique by path in their
+    # store, and every write of them as a version numbered per store (seq, in commit order)
+    (
+        """
+        CREATE TABLE memories (
+            store_id       TEXT NOT NULL,
+            id             TEXT NOT NULL,
+            path           TEXT NOT NULL,
+            content        TEXT NOT NULL,
+            content_sha256 TEXT NOT NULL,
+            content_size   INTEGER NOT NULL,
+            version_id     TEXT NOT NULL,
+            created_at     INTEGER NOT NULL,
+            updated_at     INTEGER NOT NULL,
+            PRIMARY KEY (store_id, id)
+        ) WITHOUT ROWID
+        """,
+        "CREATE UNIQUE INDEX memories_by_path ON memories (store_id, path)",
+        """
+        CREATE TABLE memory_versions (
+            store_id       TEXT NOT NULL,
+            seq            INTEGER NOT NULL,
+            id             TEXT NOT NULL,
+            memory_id      TEXT NOT NULL,
+            operation      TEXT NOT NULL,
+            path           TEXT,
+            content        TEXT,
+            content_sha256 TEXT,
+            content_size   INTEGER,
+            actor_type     TEXT,
+            actor_id       TEXT,
+            created_at     INTEGER NOT NULL,
+            redacted_at    INTEGER,
+            redactor_type  TEXT,
+            redactor_id    TEXT,
+            PRIMARY KEY (store_id, seq)
+        ) WITHOUT ROWID
+        """,
+        "CREATE UNIQUE INDEX memory_versions_by_id ON memory_versions (store_id, id)",
+        "CREATE INDEX memory_versions_by_memory ON memory_versions (store_id, memory_id, seq)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,8 +3,9 @@
 Everything above this module talks to these protocols only. The store has four roles, each a small
 protocol with its own contract tests: :class:`Resources` (versioned documents), :class:`EventLog`
 (append, read slices, last seq, the feed of appends), :class:`Coordination` (leases, placement,
-presence, wakes, nonces) and :class:`Identity` (enrollment tokens, edges, API keys); :class:`Store`
-is all four in one object, as every backend provides them. Implementations: ``sqlite.SqliteStore``
+presence, wakes, nonces), :class:`Identity` (enrollment tokens, edges, API keys) and
+:class:`Memories` (the memories of memory stores and their versions); :class:`Store` is all five
+in one object, as every backend provides them. Implementations: ``sqlite.SqliteStore``
 (default, one file, WAL), ``memory.MemoryStore`` (tests) and ``postgres.PostgresStore``. A contract
 test suite (``tests/contract``) runs against every implementation, so a new backend is done when
 that suite passes.
@@ -29,6 +30,7 @@ from typing import Any, Protocol
 
 __all__ = [
     "FEED_DELAY_S",
+    "MEMORY_STORE_KIND",
     "ApiKeyRecord",
     "AppendFeed",
     "AppendListener",
@@ -39,6 +41,12 @@ __all__ = [
     "EventLog",
     "Identity",
     "Lease",
+    "Memories",
+    "MemoryActor",
+    "MemoryRecord",
+    "MemoryVersionFilter",
+    "MemoryVersionRecord",
+    "MemoryWrite",
     "NewEvent",
     "Order",
     "Page",
@@ -146,6 +154,80 @@ class ApiKeyRecord:
     environment_ids: tuple[str, ...] | None = None
     expires_at: datetime | None = None  # None: until revoked
     last_used_at: datetime | None = None  # kept to the minute (``touch_api_key``)
+
+
+MEMORY_STORE_KIND = "memory_store"  # the resource kind whose memories :class:`Memories` holds
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryActor:
+    """Who wrote a memory version (or redacted one): ``type`` is ``api_actor`` (``id``: the API
+    key's id) or ``session_actor`` (``id``: the session's id)."""
+
+    type: str
+    id: str
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryWrite:
+    """What every write records on the version it appends: its id (assigned by the caller), who
+    wrote and when."""
+
+    version_id: str
+    actor: MemoryActor | None
+    now: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryRecord:
+    """A memory as it stands. ``content`` is ``None`` when it was not asked for."""
+
+    id: str
+    store_id: str
+    path: str
+    content: str | None
+    content_sha256: str  # lowercase hex of the UTF-8 content
+    content_size_bytes: int
+    version_id: str  # the version holding the current content
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVersionRecord:
+    """One write of a memory. ``seq`` orders a store's versions (1, 2, 3 ... in commit order).
+    ``deleted`` versions carry the path but no content; a redacted one carries neither (its
+    ``content_sha256`` and ``content_size_bytes`` are ``None`` too). ``content`` is also ``None``
+    when it was not asked for."""
+
+    id: str
+    store_id: str
+    memory_id: str
+    seq: int
+    operation: str  # created | modified | deleted
+    path: str | None
+    content: str | None
+    content_sha256: str | None
+    content_size_bytes: int | None
+    created_by: MemoryActor | None
+    created_at: datetime
+    redacted_at: datetime | None = None
+    redacted_by: MemoryActor | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryVersionFilter:
+    """Which versions ``list_memory_versions`` returns (every given condition holds; time bounds
+    inclusive). ``after_seq`` / ``before_seq`` bound the store's ``seq`` (exclusive): the cursor
+    of a listing, or "what changed since" for a session that keeps a copy of the store."""
+
+    memory_id: str | None = None
+    operation: str | None = None
+    actor: MemoryActor | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    after_seq: int | None = None
+    before_seq: int | None = None
 
 
 AppendListener = Callable[[str | None, int], None]
@@ -419,7 +501,86 @@ class Identity(Protocol):
         than ``limit`` means none is left."""
 
 
-class Store(Resources, EventLog, Coordination, Identity, Protocol):
+class Memories(Protocol):
+    """The memories of memory stores (resources of kind ``memory_store``) and their versions.
+
+    Every write is one transaction that checks the store exists (``NotFound`` with kind
+    ``memory_store``) and, for creates and updates, is not archived (``InvalidRequest``), checks
+    its preconditions, changes the memory and appends one version (``MemoryWrite``): so two
+    writers holding the same ``expected_sha256`` cannot both win, and the versions of a store
+    are in the order the writes committed. Paths are compared byte for byte (case-sensitive) and
+    listed in code-point order; the caller validates them (``control_plane.memory.limits``).
+    Deleting the memory store (``delete_resource``, ``prune_archived``) deletes its memories and
+    versions with it."""
+
+    async def create_memory(
+        self, store_id: str, memory_id: str, path: str, content: str, write: MemoryWrite, *, max_memories: int
+    ) -> MemoryRecord:
+        """A new memory at ``path`` with a ``created`` version. ``MemoryPathConflict`` if a
+        memory holds the path; ``InvalidRequest`` if the store holds ``max_memories`` already."""
+
+    async def get_memory(self, store_id: str, memory_id: str, *, with_content: bool = True) -> MemoryRecord:
+        """``NotFound`` (kind ``memory``) for a memory that is not (or no longer) in the store."""
+
+    async def update_memory(
+        self,
+        store_id: str,
+        memory_id: str,
+        write: MemoryWrite,
+        *,
+        content: str | None = None,
+        path: str | None = None,
+        expected_sha256: str | None = None,
+    ) -> MemoryRecord:
+        """Change the content and/or the path (``None``: keep). ``MemoryPreconditionFailed`` if
+        ``expected_sha256`` is given and is not the current content's; ``MemoryPathConflict`` if
+        another memory holds the new path. A change that changes nothing appends no version and
+        returns the memory as it is."""
+
+    async def delete_memory(
+        self, store_id: str, memory_id: str, write: MemoryWrite, *, expected_sha256: str | None = None
+    ) -> None:
+        """Delete the memory (its versions stay) with a ``deleted`` version; the precondition as
+        for ``update_memory``. Works on an archived store."""
+
+    async def list_memories(
+        self,
+        store_id: str,
+        *,
+        path_prefix: str = "/",
+        path_from: str | None = None,
+        limit: int = 20,
+        with_content: bool = False,
+    ) -> list[MemoryRecord]:
+        """Up to ``limit`` memories whose path starts with ``path_prefix`` and is not before
+        ``path_from`` (inclusive), in path order."""
+
+    async def get_memory_version(
+        self, store_id: str, version_id: str, *, with_content: bool = True
+    ) -> MemoryVersionRecord:
+        """``NotFound`` (kind ``memory_version``) for a version not in the store."""
+
+    async def list_memory_versions(
+        self,
+        store_id: str,
+        query: MemoryVersionFilter,
+        *,
+        limit: int = 20,
+        order: Order = Order.DESC,
+        with_content: bool = False,
+    ) -> list[MemoryVersionRecord]:
+        """Up to ``limit`` versions matching ``query``, by ``seq`` (newest first by default)."""
+
+    async def redact_memory_version(
+        self, store_id: str, version_id: str, actor: MemoryActor | None, now: datetime
+    ) -> MemoryVersionRecord:
+        """Clear the version's path and content (sha and size too), recording who and when; the
+        record stays. Redacting again changes nothing. ``InvalidRequest`` for the version holding
+        a live memory's current content (change or delete the memory first). Works on an
+        archived store."""
+
+
+class Store(Resources, EventLog, Coordination, Identity, Memories, Protocol):
     """Durable state of the control plane: every role in one object. Errors raised: see
     ``control_plane.errors`` (``NotFound``, ``VersionConflict``, ``SequenceConflict``, ``Fenced``,
     ``TokenRejected``). Services should be typed with the roles they use, not ``Store``."""

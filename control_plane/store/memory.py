@@ -28,7 +28,9 @@ from control_plane.errors import (
     VersionConflict,
 )
 from control_plane.store import _codec as codec
+from control_plane.store._memories_in_memory import InMemoryMemories
 from control_plane.store.base import (
+    MEMORY_STORE_KIND,
     ApiKeyRecord,
     AppendFeed,
     AppendListener,
@@ -117,8 +119,9 @@ class _MemoryFeed:
             self._listeners.remove(self._notify)
 
 
-class MemoryStore:
-    """A :class:`~control_plane.store.base.Store` held in process memory."""
+class MemoryStore(InMemoryMemories):
+    """A :class:`~control_plane.store.base.Store` held in process memory (its memories: the
+    mixin in ``_memories_in_memory``)."""
 
     def __init__(self) -> None:
         self._closed = False
@@ -137,6 +140,7 @@ class MemoryStore:
         self._api_keys: dict[str, ApiKeyRecord] = {}
         self._api_key_ids_by_hash: dict[str, str] = {}
         self._listeners: list[AppendListener] = []
+        self._init_memories()
 
     async def __aenter__(self) -> MemoryStore:
         return self
@@ -153,6 +157,13 @@ class MemoryStore:
     def _check_open(self) -> None:
         if self._closed:
             raise ControlPlaneError("the store is closed")
+
+    def _memory_store_archived(self, store_id: str) -> bool:
+        self._check_open()
+        row = self._resources.get((MEMORY_STORE_KIND, store_id))
+        if row is None:
+            raise NotFound(MEMORY_STORE_KIND, store_id)
+        return row.archived_us is not None
 
     # -- resources --------------------------------------------------------------------------
 
@@ -302,6 +313,8 @@ class MemoryStore:
             self._leases.pop(id, None)
             self._sandbox_edges.pop(id, None)
             self._wakes.pop(id, None)
+        if kind == MEMORY_STORE_KIND:
+            self._forget_memory_store(id)
 
     # -- the session event log --------------------------------------------------------------
 

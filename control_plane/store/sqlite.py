@@ -8,7 +8,7 @@ connections. Commits are durable (``synchronous=FULL``) before a write call retu
 The schema (``_sqlite_schema``) is created or migrated when the store opens. Times are stored as
 integer microseconds, documents as JSON text; the event log is clustered by ``(session_id, seq)``
 so any slice of a session is one range scan. The identity role (enrollment tokens, edges, API keys)
-is the mixin in ``_sqlite_identity``.
+is the mixin in ``_sqlite_identity``; the memories of memory stores, the one in ``_sqlite_memories``.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from control_plane.store import _codec as codec
 from control_plane.store._sqlite_engine import SqliteConfig, SqliteEngine
 from control_plane.store._sqlite_feed import SqliteFeed
 from control_plane.store._sqlite_identity import SqliteIdentity
+from control_plane.store._sqlite_memories import SqliteMemories
 from control_plane.store._sqlite_schema import migrate
 from control_plane.store._sqlite_sql import (
     EVENT_COLUMNS,
@@ -46,6 +47,7 @@ from control_plane.store._sqlite_sql import (
     resource_from_row,
 )
 from control_plane.store.base import (
+    MEMORY_STORE_KIND,
     AppendFeed,
     AppendListener,
     Event,
@@ -66,7 +68,7 @@ _PRUNE_EVENT_ROWS = 5_000
 _PRUNE_RESOURCES = 50
 
 
-class SqliteStore(SqliteIdentity):
+class SqliteStore(SqliteIdentity, SqliteMemories):
     """A :class:`~control_plane.store.base.Store` in one SQLite file.
 
     Opening creates the parent directory (mode 0700) and the file (mode 0600) if missing, switches
@@ -281,6 +283,8 @@ class SqliteStore(SqliteIdentity):
                 conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
                 conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (id,))
                 conn.execute("DELETE FROM session_wakes WHERE session_id = ?", (id,))
+            if kind == MEMORY_STORE_KIND:
+                _forget_memory_store(conn, id)
 
         await self._engine.write(run)
 
@@ -642,6 +646,8 @@ class SqliteStore(SqliteIdentity):
                     conn.execute("DELETE FROM leases WHERE session_id = ?", (id,))
                     conn.execute("DELETE FROM sandbox_placements WHERE session_id = ?", (id,))
                     conn.execute("DELETE FROM session_wakes WHERE session_id = ?", (id,))
+                if kind == MEMORY_STORE_KIND:
+                    _forget_memory_store(conn, id)
                 # resource_versions rows go with the resource (ON DELETE CASCADE).
                 conn.execute("DELETE FROM resources WHERE kind = ? AND id = ?", (kind, id))
                 done.append(str(id))
@@ -660,3 +666,9 @@ class SqliteStore(SqliteIdentity):
             return bool(conn.execute(sql, (session_id,)).rowcount)
 
         return await self._engine.write(run)
+
+
+def _forget_memory_store(conn: sqlite3.Connection, store_id: str) -> None:
+    """A deleted memory store's memories and versions go with it."""
+    conn.execute("DELETE FROM memories WHERE store_id = ?", (store_id,))
+    conn.execute("DELETE FROM memory_versions WHERE store_id = ?", (store_id,))

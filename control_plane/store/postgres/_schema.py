@@ -211,6 +211,47 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX pop_nonces_by_expiry ON pop_nonces (expires_at)",
         _APPEND,
     ),
+    # 2: the memories of memory stores (SQLite's version 10): unique by path in their store (paths
+    # compared byte for byte), and every write of them as a version numbered per store
+    (
+        """
+        CREATE TABLE memories (
+            store_id       text NOT NULL,
+            id             text NOT NULL,
+            path           text COLLATE "C" NOT NULL,
+            content        text NOT NULL,
+            content_sha256 text NOT NULL,
+            content_size   bigint NOT NULL,
+            version_id     text NOT NULL,
+            created_at     bigint NOT NULL,
+            updated_at     bigint NOT NULL,
+            PRIMARY KEY (store_id, id)
+        )
+        """,
+        "CREATE UNIQUE INDEX memories_by_path ON memories (store_id, path)",
+        """
+        CREATE TABLE memory_versions (
+            store_id       text NOT NULL,
+            seq            bigint NOT NULL,
+            id             text NOT NULL,
+            memory_id      text NOT NULL,
+            operation      text NOT NULL,
+            path           text,
+            content        text,
+            content_sha256 text,
+            content_size   bigint,
+            actor_type     text,
+            actor_id       text,
+            created_at     bigint NOT NULL,
+            redacted_at    bigint,
+            redactor_type  text,
+            redactor_id    text,
+            PRIMARY KEY (store_id, seq)
+        )
+        """,
+        "CREATE UNIQUE INDEX memory_versions_by_id ON memory_versions (store_id, id)",
+        "CREATE INDEX memory_versions_by_memory ON memory_versions (store_id, memory_id, seq)",
+    ),
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

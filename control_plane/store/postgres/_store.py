@@ -15,7 +15,8 @@ Errors: constraint violations become ``Conflict``, the append's own errors ``Fen
 ``SequenceConflict``; anything else from the driver or the network (a restart, a lost connection,
 a timeout) becomes ``ControlPlaneError`` naming the URL with its password masked. A call that
 failed that way may or may not have committed: appends are idempotent by event id, so the caller
-retries them. The identity role (enrollment tokens, edges, API keys) is the mixin in ``_identity``.
+retries them. The identity role (enrollment tokens, edges, API keys) is the mixin in ``_identity``;
+the memories of memory stores, the one in ``_memories``.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from control_plane.store._sqlite_sql import (
     resource_from_row,
 )
 from control_plane.store.base import (
+    MEMORY_STORE_KIND,
     AppendFeed,
     AppendListener,
     Event,
@@ -56,6 +58,7 @@ from control_plane.store.postgres import _sql as sql
 from control_plane.store.postgres._config import PostgresConfig
 from control_plane.store.postgres._feed import PostgresFeed
 from control_plane.store.postgres._identity import PostgresIdentity
+from control_plane.store.postgres._memories import PostgresMemories
 from control_plane.store.postgres._schema import FENCED, SEQUENCE_CONFLICT, migrate_connection
 
 __all__ = ["UNREACHABLE", "PostgresStore", "migrate", "unreachable"]
@@ -94,7 +97,7 @@ async def migrate(config: PostgresConfig) -> int:
         await _close_quietly(conn)
 
 
-class PostgresStore(PostgresIdentity):
+class PostgresStore(PostgresIdentity, PostgresMemories):
     """A :class:`~control_plane.store.base.Store` on PostgreSQL (see the module docstring)."""
 
     def __init__(self, config: PostgresConfig) -> None:
@@ -364,6 +367,8 @@ class PostgresStore(PostgresIdentity):
             if kind == "session":
                 for table in ("events", "log_heads", "leases", "sandbox_placements", "session_wakes"):
                     await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", id)  # noqa: S608
+            if kind == MEMORY_STORE_KIND:
+                await _forget_memory_store(conn, id)
 
     async def prune_archived(self, kind: str, archived_before: datetime, limit: int = 100) -> list[str]:
         codec.check_limit(limit)
@@ -403,6 +408,8 @@ class PostgresStore(PostgresIdentity):
                         return done, True
                     for table in ("log_heads", "leases", "sandbox_placements", "session_wakes"):
                         await conn.execute(f"DELETE FROM {table} WHERE session_id = $1", id)  # noqa: S608
+                if kind == MEMORY_STORE_KIND:
+                    await _forget_memory_store(conn, id)
                 # resource_versions rows go with the resource (ON DELETE CASCADE).
                 await conn.execute("DELETE FROM resources WHERE kind = $1 AND id = $2", kind, id)
                 done.append(str(id))
@@ -720,3 +727,9 @@ async def _close_quietly(conn: Any) -> None:
             await conn.close()
     except (*UNREACHABLE, TimeoutError):
         conn.terminate()
+
+
+async def _forget_memory_store(conn: Any, store_id: str) -> None:
+    """A deleted memory store's memories and versions go with it."""
+    await conn.execute("DELETE FROM memories WHERE store_id = $1", store_id)
+    await conn.execute("DELETE FROM memory_versions WHERE store_id = $1", store_id)
