@@ -15,8 +15,10 @@
         ├── TokenRejected         enrollment token unknown / revoked / used / expired (.reason)
         ├── ListenFailed          a listening address could not be bound (.address, in use?)
         ├── InvalidRequest        bad input from a client (.param)
-        │   └── EnvironmentArchived   an archived environment asked to take a session or a change
-        │                             (error_code environment_archived)
+        │   ├── EnvironmentArchived   an archived environment asked to take a session or a change
+        │   │                         (error_code environment_archived)
+        │   └── BudgetRefused     a session budget the rules refuse (error_code: the reason,
+        │                         model_not_budgetable | budget_create_only | budget_not_raised)
         ├── PermissionDenied      the caller's key may not do this (e.g. a key limited to
         │                         environments making one)
         ├── NotConfigured         the request needs a part this control plane runs without (the vault)
@@ -35,6 +37,7 @@ from __future__ import annotations
 from outpost_wire.errors import OutpostError
 
 __all__ = [
+    "BudgetRefused",
     "Conflict",
     "ControlPlaneError",
     "EdgeUnavailable",
@@ -153,6 +156,16 @@ class EnvironmentArchived(InvalidRequest):
         message = f"environment {environment_id!r} is archived"
         super().__init__(f"{message} {refused}" if refused else message, param="environment_id")
         self.environment_id = environment_id
+
+
+class BudgetRefused(InvalidRequest):
+    """A session ``budget`` refused for ``reason`` (the API's ``details.error_code``), as the
+    hosted product names them: ``model_not_budgetable``, ``budget_create_only``,
+    ``budget_not_raised``."""
+
+    def __init__(self, reason: str, message: str, param: str = "budget") -> None:
+        super().__init__(message, param=param)
+        self.error_code = reason
 
 
 class PermissionDenied(ControlPlaneError):

@@ -224,6 +224,7 @@ class ControlPlane:
                 runner=self.harness,
                 vault=self.vault,
                 outbound=self.outbound,
+                model_prices=cfg.harness.model_prices,
                 config=ApiConfig(
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,

@@ -56,6 +56,7 @@ from control_plane.sandboxes import SandboxGateway, SandboxService
 from control_plane.session_runner import SessionRunner
 from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.sessions.service import SessionService
+from control_plane.sessions.usage import ModelPrice
 from control_plane.store.base import Store
 from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
@@ -108,6 +109,7 @@ class ApiServices:
     control_plane_id: str = ""  # this process, as edge listings name the holder of a tunnel
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)  # /readyz's checks
     outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
+    model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
 
 
 class RequestIdMiddleware:
@@ -149,6 +151,7 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         tokens=tokens,
         outbound=services.outbound,
         agents=agents,
+        prices=services.model_prices,
     )
 
 

@@ -86,7 +86,7 @@ def _update_command(body: SessionUpdate) -> UpdateSession:
         agent=agent,
         title=body.title if "title" in sent else KEEP,
         metadata=body.metadata,
-        budget=body.budget,
+        budget=body.budget if "budget" in sent else KEEP,
         vault_ids=body.vault_ids if "vault_ids" in sent else KEEP,
     )
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from control_plane.sessions.usage import ModelPrice, default_model_prices, price_for
+
 __all__ = ["HarnessConfig"]
 
 
@@ -87,12 +89,23 @@ class HarnessConfig(BaseModel):
         gt=0,
         description="After an unexpected harness error on a session, wake it again after this long.",
     )
+    model_prices: dict[str, ModelPrice] = Field(
+        default_factory=default_model_prices,
+        description="List prices per model id (USD per million tokens) that sessions' `usage.list_cost` and "
+        "`budget` are priced with; a dated id (`...-20251001`) falls back to its undated row. Setting it "
+        "replaces the shipped table. A session whose model has no row takes no budget "
+        "(`model_not_budgetable`).",
+    )
 
     @model_validator(mode="after")
     def _check_backoff(self) -> HarnessConfig:
         if self.model_backoff_max_s < self.model_backoff_initial_s:
             raise ValueError("model_backoff_max_s must be at least model_backoff_initial_s")
         return self
+
+    def price_of(self, model: str) -> ModelPrice | None:
+        """The list price of ``model`` (``None``: not in ``model_prices``)."""
+        return price_for(self.model_prices, model)
 
     def backoff_s(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1-based) of a failed model request."""

@@ -77,6 +77,7 @@ from control_plane.harness.step import (
     tool_outcome_events,
 )
 from control_plane.sessions.log import append_and_publish
+from control_plane.sessions.usage import Budget
 from control_plane.store.base import Event, NewEvent, Resource, Store
 from outpost_wire.errors import OutpostError
 from outpost_wire.results import ToolResult
@@ -199,7 +200,7 @@ class SessionDriver:
         #: The folded state may lack events: read the log before the next decision.
         self._stale = True
         #: Usage not yet written to the session resource (written with the next status).
-        self._usage_due: Mapping[str, int] | None = None
+        self._usage_due: Mapping[str, Any] | None = None
         self._agent: AgentSpec | None = None
         self.environment_id: str | None = None
         #: The session runs no more (archived, terminated or deleted): the harness forgets it.
@@ -224,6 +225,9 @@ class SessionDriver:
             return
         env = body.get("environment_id")
         self.environment_id = env if isinstance(env, str) and env else None
+        # The budget the session was created with; a later one comes from the log (session.updated).
+        if self._state.last_seq == 0:
+            self._state.budget = Budget.from_json(body.get("budget"))
         # Another process may have moved the session's sandbox while it held the session.
         self._ctx.gateway.forget_session(self._sid)
         while True:
@@ -396,7 +400,16 @@ class SessionDriver:
             if timer is not None:
                 timer.cancel()
         block_ids = _block_event_ids(message, ids, self._ctx.new_id)
-        drafts = model_output_events(self._agent, message, block_ids, start_id, usage_before, call.mcp)
+        drafts = model_output_events(
+            self._agent,
+            message,
+            block_ids,
+            start_id,
+            usage_before,
+            call.mcp,
+            price=self._ctx.config.price_of(self._agent.model),
+            budget=self._state.budget,
+        )
         await self._append(drafts)
         self._usage_due = drafts[-1].payload["usage"]
 
@@ -613,7 +626,7 @@ class SessionDriver:
         task.add_done_callback(self._ctx.background.discard)
 
     async def _update_resource(
-        self, *, status: str | None = None, usage: Mapping[str, int] | None = None
+        self, *, status: str | None = None, usage: Mapping[str, Any] | None = None
     ) -> None:
         """Bring the session resource's ``status`` / ``usage`` in line with the log, after any
         update still in flight."""
@@ -622,7 +635,7 @@ class SessionDriver:
             await asyncio.gather(pending, return_exceptions=True)
         await self._write_resource(status=status, usage=usage)
 
-    async def _write_resource(self, *, status: str | None, usage: Mapping[str, int] | None) -> None:
+    async def _write_resource(self, *, status: str | None, usage: Mapping[str, Any] | None) -> None:
         """(The API may update the same resource concurrently: retry on ``VersionConflict``.)
         Usage still due from the last model request is written along."""
         if usage is None:
@@ -645,7 +658,7 @@ class SessionDriver:
             if status is not None and body.get("status") != "terminated":
                 body["status"] = status
             if usage is not None:
-                body["usage"] = {**(body.get("usage") or {}), **usage}
+                body["usage"] = dict(usage)  # a cumulative snapshot: replaces the last one
             if body == resource.body:
                 if fresh:
                     self._resource = resource

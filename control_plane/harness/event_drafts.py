@@ -46,6 +46,7 @@ __all__ = [
     "SESSION_STATUS_RESCHEDULED",
     "SESSION_STATUS_RUNNING",
     "SESSION_STATUS_TERMINATED",
+    "SESSION_UPDATED",
     "SESSION_USAGE",
     "SPAN_MODEL_REQUEST_END",
     "SPAN_MODEL_REQUEST_START",
@@ -106,6 +107,7 @@ SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"
 SESSION_STATUS_TERMINATED = "session.status_terminated"
 SESSION_ERROR = "session.error"
 SESSION_USAGE = "session.usage"
+SESSION_UPDATED = "session.updated"
 SPAN_MODEL_REQUEST_START = "span.model_request_start"
 SPAN_MODEL_REQUEST_END = "span.model_request_end"
 

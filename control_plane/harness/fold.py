@@ -23,8 +23,11 @@ The conversation sent to the model is rebuilt from the log alone:
 * a turn ends at ``session.status_idle`` (except ``requires_action``, which only pauses it). When it
   ends by ``user.interrupt``, the inputs queued before the interrupt are folded into the
   conversation without a turn of their own (control returns to the user); on ``retries_exhausted``
-  every queued input is folded in that way ("queued inputs flushed"). Tool uses of an ended turn
-  that never got an answer are answered, for the model, with a synthesized error result.
+  and ``budget_reached`` every queued input is folded in that way ("queued inputs flushed"). Tool
+  uses of an ended turn that never got an answer are answered, for the model, with a synthesized
+  error result;
+* the session's ``budget`` is the one it was created with (given to :func:`fold`) until a
+  ``session.updated`` carrying ``budget`` replaces it (``null``: removed).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from typing import Any
 
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.sessions.usage import Budget
 
 __all__ = ["Answer", "SessionState", "ToolUse", "build_request", "fold"]
 
@@ -98,6 +102,7 @@ class SessionState:
     usage: dict[str, int] = field(default_factory=lambda: dict.fromkeys(_USAGE_KEYS, 0))
     sandbox_used: bool = False  # an agent.tool_result exists (a sandbox was made at some point)
     mcp_down: set[str] = field(default_factory=set)  # MCP servers reported unavailable this turn
+    budget: Budget | None = None  # the session's spend ceiling (None: uncapped)
     last_seq: int = 0
     _tools: dict[str, ToolUse] = field(default_factory=dict)
     _tool_events: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -168,7 +173,7 @@ class SessionState:
             ids = stop.get("event_ids") if isinstance(stop, Mapping) else None
             self.requires_action = tuple(str(i) for i in ids or ())
             return
-        absorb = len(self.pending_inputs) if stop_type == "retries_exhausted" else 0
+        absorb = len(self.pending_inputs) if stop_type in _FLUSHING_STOPS else 0
         if self.interrupt_pending:
             absorb = self._absorb_on_end
         for _ in range(min(absorb, len(self.pending_inputs))):
@@ -232,6 +237,10 @@ class SessionState:
             )
             self.open_tools.append(tool)
             self._tools[event_id] = tool
+
+    def _updated(self, event: ev.LogEvent) -> None:
+        if "budget" in event.payload:
+            self.budget = Budget.from_json(event.payload["budget"])
 
     def _tool_use(self, event: ev.LogEvent) -> None:
         self._tool_events[event.id] = (event.type, event.payload)
@@ -305,6 +314,9 @@ class SessionState:
         return messages
 
 
+# Turn ends that fold every queued input into the conversation (they get no turn of their own).
+_FLUSHING_STOPS = frozenset({"retries_exhausted", "budget_reached"})
+
 _ANSWER_KEYS = {
     ev.USER_CUSTOM_TOOL_RESULT: "custom_tool_use_id",
     ev.AGENT_MCP_TOOL_RESULT: "mcp_tool_use_id",
@@ -329,12 +341,13 @@ _HANDLERS = {
     ev.USER_CUSTOM_TOOL_RESULT: SessionState._answer,
     ev.USER_TOOL_CONFIRMATION: SessionState._confirmation,
     ev.SESSION_ERROR: SessionState._error,
+    ev.SESSION_UPDATED: SessionState._updated,
 }
 
 
-def fold(events: Iterable[ev.LogEvent]) -> SessionState:
-    """The state after ``events`` (in log order)."""
-    state = SessionState()
+def fold(events: Iterable[ev.LogEvent], budget: Budget | None = None) -> SessionState:
+    """The state after ``events`` (in log order) of a session created with ``budget``."""
+    state = SessionState(budget=budget)
     for event in events:
         state.apply(event)
     return state

@@ -29,7 +29,10 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
    ``stop_reason end_turn``;
 3. a model request left open by a crashed harness gets its span end (not counted as a failure);
 4. after a failed request (``rescheduling``): wait out the backoff, ``session.status_running``, retry;
-5. a turn that needs the model calls it;
+5. a turn that needs the model calls it — unless the session has a ``budget`` and its list cost
+   so far (priced with ``config.model_prices``) reached it, or its model has no price: then the
+   turn ends with ``session.status_idle`` ``budget_reached`` (queued inputs are flushed into the
+   conversation, see ``fold``) and the model is not called again until an update raises the budget;
 6. tool uses of the latest assistant message: policy- or user-denied calls get error results,
    runnable ones (toolset and MCP) are dispatched one at a time in block order (an
    ``agent.mcp_tool_use`` left without a result by a crash is dispatched again with the same
@@ -53,6 +56,7 @@ from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
 from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
 from control_plane.harness.repository_errors import repository_error_for
+from control_plane.sessions.usage import Budget, ModelPrice, usage_snapshot
 from outpost_wire.errors import ErrorCode, OutpostError, RemoteError
 from outpost_wire.results import ToolResult
 
@@ -148,9 +152,11 @@ def step(
     config: HarnessConfig,
     now: datetime | None = None,
     mcp: McpOffer | None = None,
+    budget: Budget | None = None,
 ) -> Decision:
-    """Fold ``events`` and decide (``now`` is only needed while a retry backoff runs)."""
-    return decide(agent, fold(events), config, now, mcp)
+    """Fold ``events`` of a session created with ``budget`` and decide (``now`` is only needed
+    while a retry backoff runs)."""
+    return decide(agent, fold(events, budget), config, now, mcp)
 
 
 def decide(
@@ -263,7 +269,10 @@ def _model_decision(
     mcp: McpOffer | None,
     reason: str,
 ) -> Decision:
-    """Call the model after ``appends`` and the errors of MCP servers newly found unavailable."""
+    """Call the model after ``appends`` and the errors of MCP servers newly found unavailable;
+    or, the budget reached, end the turn after ``appends`` instead."""
+    if s.budget is not None and s.budget.reached(s.usage, config.price_of(agent.model)):
+        return Decision((*appends, ev.status_idle("budget_reached")), reason="budget reached")
     errors = unavailable_server_events(mcp, s.mcp_down)
     return Decision(appends + errors, _call_model(agent, s, config, mcp), reason=reason)
 
@@ -290,6 +299,9 @@ def model_output_events(
     start_id: str,
     usage_before: Mapping[str, int],
     mcp: McpOffer | None = None,
+    *,
+    price: ModelPrice | None = None,
+    budget: Budget | None = None,
 ) -> tuple[ev.Draft, ...]:
     """The events for a finished model request, appended together (all or nothing).
 
@@ -299,7 +311,8 @@ def model_output_events(
     request's MCP offer ``mcp``; with ``mcp_server_name``, the tool's own ``name`` and
     ``evaluated_permission``) or ``agent.custom_tool_use``; then
     ``span.model_request_end`` carrying the complete message, then the cumulative
-    ``session.usage``."""
+    ``session.usage`` (``usage_before`` plus this request; ``list_cost`` when the model has a
+    ``price``; the session's ``budget``, ``null`` when it has none)."""
     content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
     if len(block_event_ids) != len(content):
         raise ValueError("one event id per content block is required")
@@ -331,7 +344,8 @@ def model_output_events(
         )
     )
     total = {k: int(usage_before.get(k, 0)) + usage[k] for k in usage}
-    drafts.append(ev.Draft(ev.SESSION_USAGE, {"usage": total}))
+    snapshot = {"usage": usage_snapshot(total, price), "budget": budget.to_json() if budget else None}
+    drafts.append(ev.Draft(ev.SESSION_USAGE, snapshot))
     return tuple(drafts)
 
 

@@ -53,7 +53,7 @@ class CreateSession:
     initial_events: Sequence[Any] = ()  # raw client events (``user.message`` only)
     vault_ids: Sequence[str] = ()
     resources: Sequence[Any] = ()  # raw ``github_repository`` params
-    budget: Mapping[str, Any] | None = None  # refused when given: not supported yet
+    budget: Mapping[str, Any] | None = None  # raw ``budget`` param (checked by the service)
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,7 +63,7 @@ class UpdateSession:
     agent: AgentChange | None = None
     title: str | Keep | None = KEEP
     metadata: Mapping[str, str | None] | None = None  # upsert, ``None`` values delete
-    budget: Mapping[str, Any] | None = None  # refused when given: not supported yet
+    budget: Mapping[str, Any] | Keep | None = KEEP  # raw; ``None`` removes the budget
     vault_ids: Sequence[str] | Keep | None = KEEP  # refused when sent at all
 
 

@@ -6,6 +6,8 @@
   event wins; a log without one is ``idle``. The API reports this, never the ``status`` field of
   the session body (a mirror that the API and harness keep for scans by status).
 * :func:`read_usage` is the last ``session.usage`` snapshot, or zeros.
+* :func:`read_active_ms` is the time the session spent ``running``, from the timestamps of its
+  status events (:func:`~control_plane.sessions.usage.active_ms`).
 * :func:`check_answers` refuses tool confirmations and tool results that answer nothing the session
   waits for: an id not in the latest ``requires_action`` idle, or one already answered since.
 """
@@ -21,6 +23,7 @@ from typing import Any
 from control_plane.bus import EventBus
 from control_plane.errors import InvalidRequest
 from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, STATUS_EVENT_TYPES, SessionStatus
+from control_plane.sessions.usage import active_ms
 from control_plane.store.base import Event, EventLog, NewEvent, Order
 
 __all__ = [
@@ -29,6 +32,7 @@ __all__ = [
     "append_and_publish",
     "check_answers",
     "pending_answers",
+    "read_active_ms",
     "read_status",
     "read_usage",
     "zero_usage",
@@ -95,6 +99,12 @@ async def read_usage(store: EventLog, session_id: str) -> dict[str, Any]:
         if isinstance(usage, dict):
             return usage
     return zero_usage()
+
+
+async def read_active_ms(store: EventLog, session_id: str, now: datetime) -> int:
+    """Milliseconds the session spent ``running``, a span still open counted up to ``now``."""
+    statuses = await store.get_events(session_id, types=STATUS_EVENT_TYPES)
+    return active_ms(((e.type, e.processed_at) for e in statuses), now)
 
 
 async def pending_answers(store: EventLog, session_id: str) -> frozenset[str]:

@@ -7,13 +7,21 @@ in a ``self_hosted`` environment. Its status is read from its log
 records input and wakes the runner; it never runs a turn:
 
 * create with ``initial_events`` → events appended, ``runner.wake``;
-* update of ``agent`` (tools / mcp_servers), ``title`` or ``metadata`` → a ``session.updated`` event;
+* update of ``agent`` (tools / mcp_servers), ``title``, ``metadata`` or ``budget`` → a
+  ``session.updated`` event;
 * archive → sealed repository tokens purged, ``runner.session_ended``, then
   ``session.status_terminated`` (unless already there);
 * delete → ``runner.session_ended`` first, then the repositories, the session and its log are
   deleted, and live streams are told (the bus says the log moved; they find the session gone);
 * send events → the whole batch validated (nothing written on one bad event), answers checked
   against what the session waits for, appended in one call, announced on the bus, runner woken.
+
+A ``budget`` is given at creation (the session's model must have a list price:
+``model_not_budgetable``), and an update may replace it (not at or below the list cost consumed so
+far: ``budget_not_raised``) or remove it (``null``); one cannot be added to a session created
+without one, nor re-added once removed (``budget_create_only``). The harness enforces it
+(:mod:`control_plane.harness.step`). A session's ``usage`` and ``stats.active_seconds`` are derived
+from its log (:mod:`control_plane.sessions.usage`).
 
 Repositories (``github_repository`` resources, :mod:`control_plane.sessions.repositories`) are
 stored as their own resources with their tokens sealed (:class:`RepositoryTokens`); a token can be
@@ -38,6 +46,7 @@ from control_plane.agents.service import AgentService
 from control_plane.bus import EventBus
 from control_plane.environments.service import get_environment
 from control_plane.errors import (
+    BudgetRefused,
     Conflict,
     InvalidRequest,
     NotConfigured,
@@ -61,7 +70,13 @@ from control_plane.sessions.commands import (
 )
 from control_plane.sessions.events import SessionStatus, new_event_id
 from control_plane.sessions.input_events import parse_input_events
-from control_plane.sessions.log import append_and_publish, check_answers, read_status, read_usage
+from control_plane.sessions.log import (
+    append_and_publish,
+    check_answers,
+    read_active_ms,
+    read_status,
+    read_usage,
+)
 from control_plane.sessions.repositories import (
     RESOURCE_KIND,
     RepositoryInput,
@@ -71,6 +86,17 @@ from control_plane.sessions.repositories import (
     repository_body,
 )
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories
+from control_plane.sessions.usage import (
+    Budget,
+    ModelPrice,
+    check_budgetable,
+    default_model_prices,
+    list_cost_cents,
+    parse_budget,
+    price_for,
+    token_totals,
+    usage_json,
+)
 from control_plane.store.base import Event, EventLog, NewEvent, Order, Page, Resource, Resources
 
 __all__ = ["RunnerCalls", "SessionService", "SessionStore", "new_session_id"]
@@ -116,7 +142,8 @@ class SessionService:
     """``tokens``: seals repository tokens (``None``: no vault, repositories without a token
     only). ``outbound``: the check of direct MCP server URLs (default: no private networks).
     ``agents``: where a new session's agent is read (default: an :class:`AgentService` on
-    ``store``)."""
+    ``store``). ``prices``: the list prices sessions' usage and budgets are priced with
+    (default: :data:`~control_plane.sessions.usage.DEFAULT_MODEL_PRICES`)."""
 
     def __init__(
         self,
@@ -128,8 +155,10 @@ class SessionService:
         tokens: RepositoryTokens | None = None,
         outbound: OutboundGuard | None = None,
         agents: AgentService | None = None,
+        prices: Mapping[str, ModelPrice] | None = None,
     ) -> None:
         self._store = store
+        self._prices = dict(prices) if prices is not None else default_model_prices()
         self._bus = bus
         self._runner = RunnerCalls(runner)
         self._clock = clock
@@ -151,7 +180,7 @@ class SessionService:
 
     async def create(self, command: CreateSession, viewer: Viewer) -> SessionView:
         """Checks in this order: budget, repositories, environment, agent, vaults, events."""
-        _refuse_budget(command.budget)
+        budget = parse_budget(command.budget, "budget") if command.budget is not None else None
         repositories = parse_resources(command.resources)
         if self._tokens is None and any(repo.token for repo in repositories):
             raise NotConfigured(
@@ -160,6 +189,8 @@ class SessionService:
             )
         await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
+        if budget is not None:
+            check_budgetable(_model_id(snapshot), self._prices, "budget")
         vault_ids = list(dict.fromkeys(command.vault_ids))
         for vault_id in vault_ids:
             await self._store.get_resource("vault", vault_id)
@@ -172,7 +203,7 @@ class SessionService:
                 max_events=_MAX_INITIAL_EVENTS,
             )
         now = self._clock()
-        body = _new_session_body(command, snapshot, vault_ids)
+        body = _new_session_body(command, snapshot, vault_ids, budget)
         res = await self._store.create_resource("session", new_session_id(), body, now)
         await self._create_repositories(res.id, repositories, now)
         if initial:
@@ -216,7 +247,6 @@ class SessionService:
         """Apply the patch on top of whatever the harness wrote meanwhile (``Conflict`` if the
         session keeps changing); a change appends a ``session.updated`` event with the changed
         fields, no change writes nothing."""
-        _refuse_budget(command.budget)
         if not isinstance(command.vault_ids, Keep):
             raise InvalidRequest(
                 "vault_ids: changing a session's vaults is not supported; requests setting this field "
@@ -360,8 +390,11 @@ class SessionService:
     async def _view(self, res: Resource) -> SessionView:
         status = await read_status(self._store, res.id)
         repositories = await list_repositories(self._store, res.id)
-        usage = await read_usage(self._store, res.id)
-        return SessionView(res, status, usage, repositories, self._clock())
+        tokens = token_totals(await read_usage(self._store, res.id))
+        now = self._clock()
+        active = await read_active_ms(self._store, res.id, now)
+        usage = usage_json(tokens, price_for(self._prices, _model_id(res.body["agent"])), active)
+        return SessionView(res, status, usage, repositories, now)
 
     async def _usable_session(self, session_id: str, viewer: Viewer) -> Resource:
         session = await self.session(session_id, viewer)
@@ -400,7 +433,51 @@ class SessionService:
             snapshot = changed_snapshot(old, command.agent, self._outbound)
             if snapshot != old:
                 new["agent"] = changed["agent"] = snapshot
+        if not isinstance(command.budget, Keep):
+            await self._budget_change(current, command.budget, new, changed)
         return new, changed
+
+    async def _budget_change(
+        self, current: Resource, raw: Mapping[str, Any] | None, new: dict[str, Any], changed: dict[str, Any]
+    ) -> None:
+        """Replace (never at or below the list cost consumed) or remove (``raw`` ``None``) the
+        session's budget, into ``new`` and ``changed``."""
+        status = await read_status(self._store, current.id)
+        if current.archived_at is not None or status.status is SessionStatus.TERMINATED:
+            raise InvalidRequest(f"session {current.id!r} is terminated", param="budget")
+        old = current.body.get("budget")
+        if raw is None:
+            if old is not None:
+                new["budget"] = changed["budget"] = None
+                new["budget_removed"] = True
+            return
+        budget = parse_budget(raw, "budget")
+        if old is None:
+            removed = bool(current.body.get("budget_removed"))
+            raise BudgetRefused(
+                "budget_create_only",
+                "budget: "
+                + (
+                    "a removed budget cannot be added again"
+                    if removed
+                    else "a budget can only be "
+                    "given when the session is created; this one was created without one"
+                ),
+            )
+        model = _model_id(current.body["agent"])
+        check_budgetable(model, self._prices, "budget")
+        price = price_for(self._prices, model)
+        assert price is not None  # checked just above
+        consumed = list_cost_cents(token_totals(await read_usage(self._store, current.id)), price)
+        if budget.max_cents <= consumed:
+            raise BudgetRefused(
+                "budget_not_raised",
+                f"budget.max_list_cost: {budget.max_cents} cents is not above the list cost the session has "
+                f"consumed ({consumed:.2f} cents)",
+                param="budget.max_list_cost",
+            )
+        if budget.to_json() != old:
+            new["budget"] = changed["budget"] = budget.to_json()
 
     async def _check_agent_changeable(self, current: Resource) -> None:
         status = await read_status(self._store, current.id)
@@ -444,13 +521,14 @@ class SessionService:
         return created
 
 
-def _refuse_budget(budget: Mapping[str, Any] | None) -> None:
-    if budget is not None:
-        raise InvalidRequest("budget: spend budgets are not supported by Outpost yet", param="budget")
+def _model_id(agent: Mapping[str, Any]) -> str:
+    """The model id of an agent snapshot (``model`` is ``{"id", ...}``)."""
+    model = agent.get("model")
+    return str(model.get("id") if isinstance(model, Mapping) else model)
 
 
 def _new_session_body(
-    command: CreateSession, snapshot: dict[str, Any], vault_ids: list[str]
+    command: CreateSession, snapshot: dict[str, Any], vault_ids: list[str], budget: Budget | None
 ) -> dict[str, Any]:
     return {
         "agent": snapshot,
@@ -461,7 +539,7 @@ def _new_session_body(
         "resources": [],
         "metadata": check_metadata(dict(command.metadata)),
         "title": command.title,
-        "budget": None,
+        "budget": budget.to_json() if budget is not None else None,
         "deployment_id": None,
         "outcome_evaluations": [],
         "status": SessionStatus.IDLE.value,  # mirrored for the harness; the log is the truth

@@ -111,8 +111,16 @@ async def test_create_refusals(api: Api) -> None:
         await sessions.create(
             agent=agent.id,
             environment_id=env_id,
+            budget={"type": "limit", "max_list_cost": {"amount": "0100", "currency": "USD"}},
+        )
+    unpriced = await api.agent(model="claude-haiku-5-5")  # priced by prompt size: not in the table
+    with pytest.raises(anthropic.BadRequestError, match="no list price") as not_budgetable:
+        await sessions.create(
+            agent=unpriced.id,
+            environment_id=env_id,
             budget={"type": "limit", "max_list_cost": {"amount": "100", "currency": "USD"}},
         )
+    assert not_budgetable.value.body["error"]["details"]["error_code"] == "model_not_budgetable"  # type: ignore[index]
     with pytest.raises(anthropic.BadRequestError, match="resources"):
         await sessions.create(
             agent=agent.id, environment_id=env_id, resources=[{"type": "file", "file_id": "file_1"}]

@@ -3,8 +3,10 @@
 Each file in ``golden/`` holds an agent, a log and the expected decision; the test replays the log
 through ``step`` and compares. A change in behaviour shows up as a diff of these files. To
 re-record after an intended change: ``UPDATE_GOLDEN=1 pytest tests/unit/harness`` and review the
-diff of ``golden/``. The logs after a toolset call are built with the step's own
-``tool_outcome_events`` (its cases: ``test_harness_tool_outcomes.py``).
+diff of ``golden/`` (only new scenarios: ``-k name``; existing files must not change). The logs
+after a toolset call are built with the step's own ``tool_outcome_events`` (its cases:
+``test_harness_tool_outcomes.py``). A scenario of a session created with a budget records it
+(``budget``); the log's ``session.updated`` events may change it.
 """
 
 from __future__ import annotations
@@ -44,13 +46,21 @@ from control_plane.harness.step import (
     tool_outcome_events,
 )
 from control_plane.mcp.models import McpToolInfo, ServerTools
+from control_plane.sessions.usage import Budget, ModelPrice
 from control_plane.store.base import Event
 from control_plane.tunnel import SandboxMove
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
 
 GOLDEN = Path(__file__).parent / "golden"
-CONFIG = HarnessConfig(model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024)
+# The test model's list prices are deliberately high, so a short log reaches a small budget: a
+# request of ``harness_logs.message`` (100 input, 7 output tokens) costs 1.35 cents.
+TEST_PRICE = ModelPrice(
+    input_usd_per_mtok=100, output_usd_per_mtok=500, cache_write_usd_per_mtok=125, cache_read_usd_per_mtok=10
+)
+CONFIG = HarnessConfig(
+    model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024, model_prices={"claude-test": TEST_PRICE}
+)
 
 
 def _first_turn_start(log: Log) -> None:
@@ -170,6 +180,40 @@ def _crash_open_span(log: Log) -> None:
     log.add(ev.SPAN_MODEL_REQUEST_START)
 
 
+# -- budgets (the session's budget at creation is in ``BUDGETS``) -------------------------------
+def _budget_reached_tool_results_in(log: Log) -> None:
+    _tool_result_next_call(log)  # one request made: 1.35 cents, at or above the budget of 1 cent
+
+
+def _budget_not_reached_tool_results_in(log: Log) -> None:
+    _tool_result_next_call(log)  # 1.35 cents of 10
+
+
+def _budget_reached_queued_input(log: Log) -> None:
+    log.user("First question.")
+    log.running()
+    log.model([text("First answer.")], "end_turn")
+    log.user("Second question.")  # queued during the turn
+    log.idle()
+    log.user("Third question.")
+
+
+def _budget_raised_continues(log: Log) -> None:
+    _budget_reached_queued_input(log)
+    log.running()
+    log.idle("budget_reached")  # the second and third questions are flushed into the conversation
+    log.add(ev.SESSION_UPDATED, {"budget": Budget(100).to_json()})
+    log.user("Go on, please.")
+
+
+BUDGETS: dict[str, Budget] = {
+    "budget_reached_tool_results_in": Budget(1),
+    "budget_not_reached_tool_results_in": Budget(10),
+    "budget_reached_queued_input": Budget(1),
+    "budget_raised_continues": Budget(1),
+}
+
+
 # -- MCP scenarios (the MCP agent; the servers' listings are part of the golden file) -------------
 MCP_LISTINGS = [TICKETS_TOOLS, DOCS_DOWN]
 
@@ -239,6 +283,10 @@ SCENARIOS: dict[str, Callable[[Log], None]] = {
     "retry_after_backoff": _retry_after_backoff,
     "retries_exhausted": _retries_exhausted,
     "crash_open_span": _crash_open_span,
+    "budget_reached_tool_results_in": _budget_reached_tool_results_in,
+    "budget_not_reached_tool_results_in": _budget_not_reached_tool_results_in,
+    "budget_reached_queued_input": _budget_reached_queued_input,
+    "budget_raised_continues": _budget_raised_continues,
     **MCP_SCENARIOS,
 }
 
@@ -309,7 +357,8 @@ def _record(name: str) -> dict[str, Any]:
     log = Log(agent=agent)
     SCENARIOS[name](log)
     offer = build_offer(agent, MCP_LISTINGS) if mcp else None
-    decision = step(agent, log.events, CONFIG, log.now, offer)
+    budget = BUDGETS.get(name)
+    decision = step(agent, log.events, CONFIG, log.now, offer, budget)
     recorded: dict[str, Any] = {
         "scenario": name,
         "agent": agent_json,
@@ -322,6 +371,8 @@ def _record(name: str) -> dict[str, Any]:
     }
     if mcp:
         recorded["mcp_listings"] = listings_json(MCP_LISTINGS)
+    if budget is not None:
+        recorded["budget"] = budget.to_json()
     return recorded
 
 
@@ -346,7 +397,8 @@ def test_golden_log(name: str) -> None:
     offer = (
         build_offer(agent, listings_from_json(golden["mcp_listings"])) if "mcp_listings" in golden else None
     )
-    decision = step(agent, events, CONFIG, datetime.fromisoformat(golden["now"]), offer)
+    budget = Budget.from_json(golden.get("budget"))
+    decision = step(agent, events, CONFIG, datetime.fromisoformat(golden["now"]), offer, budget)
     assert decision_json(decision) == golden["expected"]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from anthropic.types.beta.beta_managed_agents_session_usage_event import BetaManagedAgentsSessionUsageEvent
 from harness_logs import AGENT, AGENT_JSON, message, resolved_agent, text, tool_use
 from pydantic import ValidationError
 
@@ -12,6 +13,7 @@ from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AUTO_ALLOWED_TOOLS, AgentSpec, permission_of
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.step import model_failure_events, model_output_events
+from control_plane.sessions.usage import Budget, ModelPrice
 
 CONFIG = HarnessConfig(model_attempts=3)
 ZERO = {"input_tokens": 0, "output_tokens": 0, "cache_read_input_tokens": 0, "cache_creation_input_tokens": 0}
@@ -60,14 +62,35 @@ def test_session_usage_is_cumulative() -> None:
         "cache_creation_input_tokens": 1,
     }
     drafts = model_output_events(AGENT, message([text("x")], "end_turn"), ["e1"], "s", before)
+    # The SDK's snapshot shape: cache writes as the 5-minute breakdown; no price, no list_cost.
     assert drafts[-1].payload == {
         "usage": {
             "input_tokens": 110,
             "output_tokens": 12,
             "cache_read_input_tokens": 3,
-            "cache_creation_input_tokens": 1,
-        }
+            "cache_creation": {"ephemeral_5m_input_tokens": 1, "ephemeral_1h_input_tokens": 0},
+        },
+        "budget": None,
     }
+
+
+def test_session_usage_carries_list_cost_and_budget() -> None:
+    price = ModelPrice(
+        input_usd_per_mtok=3,
+        output_usd_per_mtok=15,
+        cache_write_usd_per_mtok=3.75,
+        cache_read_usd_per_mtok=0.3,
+    )
+    drafts = model_output_events(
+        AGENT, message([text("x")], "end_turn"), ["e1"], "s", ZERO, price=price, budget=Budget(500)
+    )
+    payload = drafts[-1].payload
+    # 100 input tokens at $3/MTok + 7 output at $15/MTok = $0.000405: 0 cents, rounded.
+    assert payload["usage"]["list_cost"] == {"amount": "0", "currency": "USD"}
+    assert payload["budget"] == {"type": "limit", "max_list_cost": {"amount": "500", "currency": "USD"}}
+    BetaManagedAgentsSessionUsageEvent.model_validate(
+        {"id": "sevt_1", "type": "session.usage", "processed_at": "2026-04-01T12:00:00Z", **payload}
+    )
 
 
 def test_event_ids_must_match_the_blocks() -> None:
