@@ -25,6 +25,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from control_plane.errors import (
     Conflict,
+    ContentTooLarge,
     ControlPlaneError,
     EdgeUnavailable,
     Fenced,
@@ -91,6 +92,8 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 400, "invalid_request_error"
     if isinstance(exc, PermissionDenied):
         return 403, "permission_error"
+    if isinstance(exc, ContentTooLarge):
+        return 413, "request_too_large"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
     if isinstance(exc, GatewayDraining | NotConfigured):
