@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.files import DEFAULT_MAX_FILE_BYTES
 from control_plane.harness.config import HarnessConfig
 from control_plane.retention import RetentionConfig
 from control_plane.store.options import StoreOptions
@@ -21,7 +22,8 @@ class ControlPlaneConfig(BaseModel):
     data_dir: Path = Field(
         Path("/var/lib/outpost-control"),
         description="The control plane's state: the SQLite store, the CA (`ca/`), the admin API key, the "
-        "vault's key files.",
+        "vault's key files, uploaded files' bytes (`blobs/`). Several replicas on several hosts share it "
+        "(docs/scale-out.md).",
     )
     store_url: str | None = Field(
         None,
@@ -182,6 +184,13 @@ class ControlPlaneConfig(BaseModel):
         ge=1024,
         description="The largest request body of the routes that carry content (a session's events, a new "
         "session's initial events: images and documents; `exec`).",
+    )
+    max_file_bytes: int = Field(
+        DEFAULT_MAX_FILE_BYTES,
+        ge=1024,
+        description="The largest file `POST /v1/files` takes (413 `request_too_large` past it, found as the "
+        "upload streams to `<data_dir>/blobs`, never held in memory); the hosted API's cap, 500 MiB, by "
+        "default.",
     )
     http_body_timeout_s: float = Field(
         30.0,

@@ -22,6 +22,7 @@
         ├── PermissionDenied      the caller's key may not do this (e.g. a key limited to
         │                         environments making one)
         ├── NotConfigured         the request needs a part this control plane runs without (the vault)
+        ├── ContentTooLarge       content past its size cap (an uploaded file; .limit in bytes)
         ├── OutboundRefused       (control_plane.outbound) a user-named URL resolves to an address
         │                         the outbound rules refuse; nothing was dialled (.rule)
         └── EdgeUnavailable       no connected edge can serve the environment
@@ -39,6 +40,7 @@ from outpost_wire.errors import OutpostError
 __all__ = [
     "BudgetRefused",
     "Conflict",
+    "ContentTooLarge",
     "ControlPlaneError",
     "EdgeUnavailable",
     "EnvironmentArchived",
@@ -175,6 +177,15 @@ class PermissionDenied(ControlPlaneError):
 class NotConfigured(ControlPlaneError):
     """The request needs a part this control plane is not configured with (the vault, to seal a
     token): the API answers 503."""
+
+
+class ContentTooLarge(ControlPlaneError):
+    """Content (an uploaded file) is larger than its cap of ``limit`` bytes: the API answers 413
+    ``request_too_large``; nothing of it was kept."""
+
+    def __init__(self, limit: int, what: str = "content") -> None:
+        super().__init__(f"{what} is larger than the limit of {limit} bytes")
+        self.limit = limit
 
 
 class EdgeUnavailable(ControlPlaneError):

@@ -5,7 +5,9 @@ Each control-plane process runs one :class:`Pruner` (``ControlPlane`` starts it)
 
 * archived sessions older than ``archived_sessions_days`` (off by default), with everything that
   is theirs: events, resource history, lease, sandbox placement, wake request, repositories;
-* enrollment tokens used, revoked or expired more than ``enrollment_tokens_days`` ago.
+* enrollment tokens used, revoked or expired more than ``enrollment_tokens_days`` ago;
+* expired files (``expires_in_seconds`` at upload), metadata and bytes, when it is given a
+  :class:`~control_plane.files.FileService` (reads already treat them as gone; this frees the disk).
 
 Several processes on one store may prune at once: each deletion happens once, and the store
 methods (``Resources.prune_archived``, ``Identity.prune_enrollment_tokens``) bound their work.
@@ -25,6 +27,7 @@ from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from control_plane.files import FileService
 from control_plane.sessions.repositories import RESOURCE_KIND as REPOSITORY_KIND
 from control_plane.sessions.repository_tokens import list_repositories
 from control_plane.store.base import Identity, Resources
@@ -76,6 +79,7 @@ class _Store(Resources, Identity, Protocol):
 class PruneReport:
     sessions: int = 0
     tokens: int = 0
+    files: int = 0
 
 
 def _utcnow() -> datetime:
@@ -86,17 +90,24 @@ class Pruner:
     """Applies a :class:`RetentionConfig` to a store, now (``run_once``) or every ``interval_s``."""
 
     def __init__(
-        self, store: _Store, config: RetentionConfig, *, clock: Callable[[], datetime] = _utcnow
+        self,
+        store: _Store,
+        config: RetentionConfig,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+        files: FileService | None = None,
     ) -> None:
         self._store = store
         self._config = config
         self._clock = clock
+        self._files = files
         self._task: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
         c = self._config
-        return c.archived_sessions_days is not None or c.enrollment_tokens_days is not None
+        due = c.archived_sessions_days is not None or c.enrollment_tokens_days is not None
+        return due or self._files is not None
 
     async def run_once(self) -> PruneReport:
         """Delete everything due now, batch after batch; returns how much was deleted."""
@@ -121,9 +132,15 @@ class Pruner:
                 if count < config.batch_size:
                     break
                 await asyncio.sleep(0)
-        if sessions or tokens:
-            log.info("retention: deleted %d archived session(s), %d enrollment token(s)", sessions, tokens)
-        return PruneReport(sessions=sessions, tokens=tokens)
+        files = 0 if self._files is None else await self._files.purge_expired(config.batch_size)
+        if sessions or tokens or files:
+            log.info(
+                "retention: deleted %d archived session(s), %d enrollment token(s), %d expired file(s)",
+                sessions,
+                tokens,
+                files,
+            )
+        return PruneReport(sessions=sessions, tokens=tokens, files=files)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:

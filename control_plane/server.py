@@ -30,6 +30,7 @@ import uvicorn
 
 from control_plane.admin_key import ADMIN_KEY_FILE, ensure_admin_key
 from control_plane.api.app import ApiConfig, ApiServices, create_app
+from control_plane.blobs import FilesystemBlobStore
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.edge_counts import count_edges
@@ -38,6 +39,7 @@ from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
 from control_plane.enroll.nonces import SharedNonces
 from control_plane.environments.networking import egress_of
 from control_plane.errors import ListenFailed, NotFound
+from control_plane.files import FileService
 from control_plane.harness import AnthropicModelClient, Harness
 from control_plane.http_limits import http_protocol
 from control_plane.log_follower import LogFollower
@@ -72,6 +74,7 @@ __all__ = ["ADMIN_KEY_FILE", "VAULT_CAPABILITY_KEY_FILE", "ControlPlane"]
 log = logging.getLogger(__name__)
 
 VAULT_CAPABILITY_KEY_FILE = "vault-capability.key"  # the broker's HMAC key (not the KEK)
+BLOBS_DIR = "blobs"  # uploaded files' bytes (control_plane.blobs)
 _SPEC_TTL_S = 2.0
 #: How often the server certificates are checked: ours is re-issued when less than 30 days of it
 #: are left, an operator's is reloaded from its files (a certbot renewal, say); no restart needed.
@@ -109,6 +112,8 @@ class ControlPlane:
         self.bus = EventBus()
         self.follower: LogFollower | None = None  # appends by other processes reach streams here
         self.pruner: Pruner | None = None
+        # Uploaded files' bytes, beside the rest of the data (shared by replicas: docs/scale-out.md).
+        self.blobs = FilesystemBlobStore(config.data_dir / BLOBS_DIR)
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
@@ -188,7 +193,10 @@ class ControlPlane:
         await self.presence.start()
         self.follower = LogFollower(self.store, self.bus)
         await self.follower.start()
-        self.pruner = Pruner(self.store, cfg.retention)  # retention: archived sessions, spent tokens
+        await asyncio.to_thread(self.blobs.remove_stale)  # what uploads cut short by a crash left
+        files = FileService(self.store, self.blobs, _utcnow, max_file_bytes=cfg.max_file_bytes)
+        # retention: archived sessions, spent tokens, expired files
+        self.pruner = Pruner(self.store, cfg.retention, files=files)
         await self.pruner.start()
 
         api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
@@ -223,11 +231,13 @@ class ControlPlane:
                 bus=self.bus,
                 runner=self.harness,
                 vault=self.vault,
+                blobs=self.blobs,
                 outbound=self.outbound,
                 model_prices=cfg.harness.model_prices,
                 config=ApiConfig(
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
+                    max_file_bytes=cfg.max_file_bytes,
                     body_timeout_s=cfg.http_body_timeout_s,
                     metrics_public=cfg.metrics_public,
                     key_cache_ttl_s=cfg.api_key_cache_ttl_s,

@@ -34,10 +34,12 @@ from control_plane.api.caller import require_admin_key, unscoped_writes
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
+from control_plane.api.file_routes import files_router
 from control_plane.api.fleet import FleetView
 from control_plane.api.health import ReadinessCheck, health_router
 from control_plane.api.memory_stores import memory_stores_router
 from control_plane.api.metrics import metrics_router
+from control_plane.api.multipart import MULTIPART_OVERHEAD_BYTES
 from control_plane.api.operations import operations_router
 from control_plane.api.session_events import events_router
 from control_plane.api.session_resources import session_resources_router
@@ -45,9 +47,11 @@ from control_plane.api.sessions import sessions_router
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
+from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
+from control_plane.files import DEFAULT_MAX_FILE_BYTES, FileService
 from control_plane.keys import ApiKeyService
 from control_plane.memory import MemoryService
 from control_plane.metering import ControlPlaneMetrics
@@ -74,6 +78,7 @@ class ApiConfig:
 
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
     max_content_body_bytes: int = DEFAULT_MAX_CONTENT_BODY_BYTES  # the same, for routes with content
+    max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # an uploaded file's cap (413 past it)
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a body that stops arriving this long: 408
     stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
     stream_max_per_key: int = 200  # open event streams per API key (429 past it)
@@ -104,6 +109,7 @@ class ApiServices:
     runner: SessionRunner = field(default_factory=NullRunner)
     config: ApiConfig = field(default_factory=ApiConfig)
     vault: Vault | None = None  # None: the /v1/vaults routes answer 503
+    blobs: BlobStore | None = None  # uploaded files' bytes; None: the /v1/files routes answer 503
     metrics: ControlPlaneMetrics | None = None  # None: no /metrics route
     tunnel_ws: WsTunnelEndpoint | None = None  # the WebSocket tunnel; None: not served
     control_plane_id: str = ""  # this process, as edge listings name the holder of a tunnel
@@ -164,6 +170,13 @@ def _environment_service(services: ApiServices) -> EnvironmentService:
     return EnvironmentService(services.store, services.clock, connected_here=connected_here)
 
 
+def _file_service(services: ApiServices) -> FileService | None:
+    if services.blobs is None:
+        return None
+    max_bytes = services.config.max_file_bytes
+    return FileService(services.store, services.blobs, services.clock, max_file_bytes=max_bytes)
+
+
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
@@ -171,6 +184,7 @@ def create_app(services: ApiServices) -> FastAPI:
         BodyLimitMiddleware,
         max_body_bytes=services.config.max_body_bytes,
         content_max_body_bytes=services.config.max_content_body_bytes,
+        upload_max_body_bytes=services.config.max_file_bytes + MULTIPART_OVERHEAD_BYTES,
         body_timeout_s=services.config.body_timeout_s,
     )
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
@@ -216,6 +230,9 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     )
     authed.include_router(
         vaults_router(services.vault), dependencies=[Depends(unscoped_writes("changing vaults"))]
+    )
+    authed.include_router(
+        files_router(_file_service(services)), dependencies=[Depends(unscoped_writes("changing files"))]
     )
     authed.include_router(api_keys_router(ApiKeyService(store, clock, forget=keys.forget)))
     authed.include_router(

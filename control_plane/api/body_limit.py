@@ -7,8 +7,11 @@ the limit. (The server discards the unread rest of the body, so the client still
 
 Limits are per route: small by default (``max_body_bytes``), larger only for the routes whose
 bodies carry content (``content_max_body_bytes``: a session's events and a new session's initial
-events, which may hold images and documents, and ``exec``). A body that stops arriving for ``body_timeout_s``
-is answered ``408`` (``timeout_error``): a client cannot hold a request open by trickling it.
+events, which may hold images and documents, and ``exec``), and largest for uploads
+(``upload_max_body_bytes``: ``POST /v1/files``, the file cap plus the multipart framing; the
+route itself counts the file's bytes against the cap as they stream in). A body that stops
+arriving for ``body_timeout_s`` is answered ``408`` (``timeout_error``): a client cannot hold a
+request open by trickling it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ __all__ = [
     "DEFAULT_MAX_CONTENT_BODY_BYTES",
     "BodyLimitMiddleware",
     "is_content_route",
+    "is_upload_route",
 ]
 
 DEFAULT_MAX_BODY_BYTES = 1024 * 1024
@@ -44,6 +48,11 @@ def is_content_route(method: str, path: str) -> bool:
     return path.startswith("/v1/sessions/") and path.endswith("/events")
 
 
+def is_upload_route(method: str, path: str) -> bool:
+    """Routes whose bodies are uploads (a file, multipart), streamed to disk by the route."""
+    return method == "POST" and path == "/v1/files"
+
+
 class _BodyTooLarge(Exception):
     """Raised into the route when the streamed body passes the limit."""
 
@@ -59,23 +68,34 @@ class BodyLimitMiddleware:
         max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
         *,
         content_max_body_bytes: int | None = None,
+        upload_max_body_bytes: int | None = None,
         body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S,
         is_content: Callable[[str, str], bool] = is_content_route,
+        is_upload: Callable[[str, str], bool] = is_upload_route,
     ) -> None:
-        if max_body_bytes < 1 or (content_max_body_bytes is not None and content_max_body_bytes < 1):
+        limits = (max_body_bytes, content_max_body_bytes, upload_max_body_bytes)
+        if any(limit is not None and limit < 1 for limit in limits):
             raise ValueError("body limits must be positive")
         self.app = app
         self.max_body_bytes = max_body_bytes
         self.content_max_body_bytes = content_max_body_bytes or max_body_bytes
+        self.upload_max_body_bytes = upload_max_body_bytes or max_body_bytes
         self.body_timeout_s = body_timeout_s
         self._is_content = is_content
+        self._is_upload = is_upload
+
+    def _limit(self, method: str, path: str) -> int:
+        if self._is_upload(method, path):
+            return self.upload_max_body_bytes
+        if self._is_content(method, path):
+            return self.content_max_body_bytes
+        return self.max_body_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        content = self._is_content(scope.get("method", ""), scope.get("path", ""))
-        limit = self.content_max_body_bytes if content else self.max_body_bytes
+        limit = self._limit(scope.get("method", ""), scope.get("path", ""))
         declared = _content_length(scope)
         if declared is not None and declared > limit:
             await self._reject(send, limit)

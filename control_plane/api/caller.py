@@ -16,7 +16,7 @@ scope          may
 A key with ``environment_ids`` sees only those environments and what belongs to them: sessions
 (and their events, streams and repositories), edges, enrollment tokens, sandboxes. Anything of
 another environment is a 404 exactly like an unknown id, so a scoped key cannot learn that it
-exists. What belongs to no environment: agents and vaults may be read by any key (their views
+exists. What belongs to no environment: agents, vaults and files may be read by any key (their views
 hold no secrets) and a session of a scoped key may use them; creating, changing or deleting
 them, and creating, changing or deleting environments, needs an unscoped ``read_write`` or
 ``admin`` key (403 otherwise).

@@ -28,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from control_plane.errors import (
     Conflict,
+    ContentTooLarge,
     ControlPlaneError,
     EdgeUnavailable,
     Fenced,
@@ -100,6 +101,8 @@ def _map(exc: Exception) -> tuple[int, str]:
         return 409, "memory_precondition_failed_error"
     if isinstance(exc, MemoryPathConflict):
         return 409, "memory_path_conflict_error"
+    if isinstance(exc, ContentTooLarge):
+        return 413, "request_too_large"
     if isinstance(exc, Conflict | SequenceConflict | Fenced):
         return 409, "conflict_error"
     if isinstance(exc, GatewayDraining | NotConfigured):

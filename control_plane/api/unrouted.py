@@ -27,10 +27,6 @@ UNSUPPORTED_PATH = "unsupported_path"  # details.error_code of the 404 for a pat
 #: The SDK's resource prefixes Outpost does not serve (yet), each with the feature's name.
 #: ``{}`` stands for one path segment (an id); a path matches the entry whose segments start it.
 FEATURES: tuple[tuple[str, str], ...] = (
-    ("/v1/memory_stores/{}/memories", "memories of memory stores"),
-    ("/v1/memory_stores/{}/memory_versions", "memory versions"),
-    ("/v1/memory_stores", "memory stores"),
-    ("/v1/files", "files"),
     ("/v1/skills/{}/versions", "skill versions"),
     ("/v1/skills", "skills"),
     ("/v1/dreams", "dreams"),

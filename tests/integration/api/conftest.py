@@ -1,74 +1,19 @@
 """The real API in a real uvicorn server on 127.0.0.1 (port 0) over a real SqliteStore in tmp_path,
 driven by the official ``anthropic`` SDK. The harness is replaced by a :class:`FakeRunner`, which
-records the calls the API makes into it."""
+records the calls the API makes into it (:mod:`tests.support.api_server`)."""
 
 from __future__ import annotations
 
-import asyncio
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import anthropic
-import httpx
 import pytest
-import uvicorn
 
-from control_plane.api.app import ApiConfig, ApiServices, create_app
-from control_plane.api.auth import create_api_key
-from control_plane.bus import EventBus
-from control_plane.enroll import CertificateAuthority, EnrollmentService
-from control_plane.store.sqlite import SqliteStore
-from control_plane.tunnel import EdgeGateway, EdgeRegistry
-from tests.support import eventually
-from tests.support.api_app import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow
+from tests.support.api_app import Api
+from tests.support.api_server import serve_api
 
 
 @pytest.fixture
 async def api(tmp_path: Path) -> AsyncIterator[Api]:
-    async with SqliteStore(tmp_path / "control.db") as store:
-        key, _ = await create_api_key(store, "test", utcnow())
-        runner = FakeRunner(store)
-        bus = EventBus()
-        ca = CertificateAuthority.load_or_create(tmp_path / "ca")
-        registry = EdgeRegistry()
-        services = ApiServices(
-            store=store,
-            enrollment=EnrollmentService(store, ca, clock=utcnow),
-            registry=registry,
-            gateway=EdgeGateway(registry),
-            clock=utcnow,
-            tunnel_address=None,
-            bus=bus,
-            runner=runner,
-            config=ApiConfig(
-                max_body_bytes=MAX_BODY_BYTES,
-                max_content_body_bytes=MAX_BODY_BYTES,
-                stream_ping_interval_s=PING_INTERVAL_S,
-            ),
-        )
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            create_app(services),
-            lifespan="off",
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        server = uvicorn.Server(config)
-        task = asyncio.create_task(server.serve(sockets=[sock]))
-        try:
-            await eventually(lambda: server.started or task.done())
-            if task.done():
-                task.result()  # surface a start-up failure
-            url = f"http://127.0.0.1:{port}"
-            client = anthropic.AsyncAnthropic(base_url=url, api_key=key, max_retries=0, timeout=20)
-            headers = {"authorization": f"Bearer {key}", "anthropic-beta": "managed-agents-2026-04-01"}
-            async with client, httpx.AsyncClient(base_url=url, headers=headers, timeout=20) as http:
-                yield Api(url, key, store, bus, runner, client, http)
-        finally:
-            server.should_exit = True
-            await asyncio.wait_for(task, timeout=10)
-            sock.close()
+    async with serve_api(tmp_path) as served:
+        yield served

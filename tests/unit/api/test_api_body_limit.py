@@ -85,6 +85,25 @@ async def test_routes_with_content_get_the_larger_limit() -> None:
     assert seen == [5 * LIMIT]
 
 
+async def test_uploads_get_their_own_limit() -> None:
+    seen: list[int] = []
+
+    async def echo(request: Request) -> JSONResponse:
+        seen.append(len(await request.body()))
+        return JSONResponse({})
+
+    routes = [Route(p, echo, methods=["POST"]) for p in ("/v1/files", "/v1/sessions/s1/events")]
+    app = BodyLimitMiddleware(
+        Starlette(routes=routes), LIMIT, content_max_body_bytes=2 * LIMIT, upload_max_body_bytes=10 * LIMIT
+    )
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as client:
+        upload = await client.post("/v1/files", content=b"x" * (5 * LIMIT))
+        content_route = await client.post("/v1/sessions/s1/events", content=b"x" * (5 * LIMIT))
+        too_much = await client.post("/v1/files", content=b"x" * (10 * LIMIT + 1))
+    assert (upload.status_code, content_route.status_code, too_much.status_code) == (200, 413, 413)
+    assert seen == [5 * LIMIT]
+
+
 async def test_a_body_that_stops_arriving_is_a_408() -> None:
     app, seen = make_app()
     app.body_timeout_s = 0.2  # short so the test is quick; the default is 30 s
