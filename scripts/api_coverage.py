@@ -191,8 +191,8 @@ async def _skill_create(b: Beta, ids: Ids) -> Any:
 async def _memory_versions_list(b: Beta, ids: Ids) -> Any:
     result = await b.memory_stores.memory_versions.list(ids["memory_store_id"])
     page = await parse(result)
-    if page.data:
-        ids["memory_version_id"] = page.data[0].id
+    if page.data:  # newest first: the oldest is the memory's first content, no longer current
+        ids["memory_version_id"] = page.data[-1].id
     return result
 
 

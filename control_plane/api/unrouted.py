@@ -1,10 +1,10 @@
 """What a path no route serves answers: a 404 ``not_found_error`` that names the feature.
 
 The official SDK knows more of the Managed Agents API than Outpost serves. A call to a part Outpost
-does not serve (``client.beta.memory_stores.list()``) gets, instead of a bare "Not Found"::
+does not serve (``client.beta.skills.list()``) gets, instead of a bare "Not Found"::
 
     404 {"type": "error", "error": {"type": "not_found_error",
-         "message": "/v1/memory_stores is not supported by Outpost yet (memory stores)",
+         "message": "/v1/skills is not supported by Outpost yet (skills)",
          "details": {"error_code": "unsupported_path"}}}
 
 The feature is the most specific entry of :data:`FEATURES` (the SDK's resource prefixes) the path

@@ -15,7 +15,7 @@ from tests.support.api_app import Api
 async def test_an_unserved_sdk_method_is_a_404_naming_the_feature(api: Api) -> None:
     beta = api.client.beta
     calls: list[tuple[Callable[[], Awaitable[object]], str]] = [
-        (beta.memory_stores.list, "/v1/memory_stores is not supported by Outpost yet (memory stores)"),
+        (beta.skills.list, "/v1/skills is not supported by Outpost yet (skills)"),
         (lambda: beta.sessions.threads.list("sesn_x"), "(session threads)"),
         (lambda: beta.environments.work.stats("env_x"), "(environment work queues)"),
         (lambda: beta.tunnels.certificates.list("tunnel_x"), "(tunnel certificates)"),
@@ -61,11 +61,11 @@ async def test_a_routed_path_with_another_method_is_a_typed_405(api: Api) -> Non
 
 async def test_an_unknown_path_without_a_key_is_still_401(api: Api) -> None:
     async with httpx.AsyncClient(base_url=api.url, timeout=20) as anonymous:
-        for path in ("/v1/xyz", "/v1/memory_stores"):
+        for path in ("/v1/xyz", "/v1/skills", "/v1/memory_stores"):
             response = await anonymous.get(path)
             assert response.status_code == 401, response.text
             assert response.json()["error"]["type"] == "authentication_error"
     client = anthropic.AsyncAnthropic(base_url=api.url, api_key="sk-outpost-wrong", max_retries=0)
     async with client:
         with pytest.raises(anthropic.AuthenticationError):
-            await client.beta.memory_stores.list()
+            await client.beta.skills.list()
