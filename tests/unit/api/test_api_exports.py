@@ -73,6 +73,7 @@ EXPECTED = {
         "append_and_publish",
         "check_answers",
         "pending_answers",
+        "read_active_ms",
         "read_status",
         "read_usage",
         "zero_usage",
