@@ -31,6 +31,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from control_plane.access_keys import KeyScope, create_api_key, hash_key, new_api_key  # re-exported
+from control_plane.api.body_limit import drain_some
 from control_plane.api.caller import READ_METHODS, STATE_KEY
 from control_plane.api.errors import ApiError, error_body
 from control_plane.errors import ControlPlaneError, NotFound
@@ -241,6 +242,7 @@ class ApiKeyGate:
                     scope.get("method"),
                     scope["path"],
                 )
+                await drain_some(receive)  # so a client still sending its body reads the 403, not a reset
                 await _refuse(send, 403, "permission_error", _READ_ONLY)
                 return
             scope.setdefault("state", {})[STATE_KEY] = record

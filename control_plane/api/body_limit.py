@@ -3,7 +3,8 @@
 A declared ``Content-Length`` over the limit is answered at once; a body without one (chunked) is
 counted as it streams in and refused the moment it passes the limit. Either way the answer is
 ``413`` with error type ``request_too_large`` and nothing of the body is handed to a route past
-the limit. (The server discards the unread rest of the body, so the client still reads the 413.)
+the limit. (Up to 1 MiB more of the body is read and dropped first — :func:`drain_some` — so that a client
+still sending it reads the 413 rather than a reset connection.)
 
 Limits are per route: small by default (``max_body_bytes``), larger only for the routes whose
 bodies carry content (``content_max_body_bytes``: a session's events and a new session's initial
@@ -17,6 +18,7 @@ request open by trickling it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 
@@ -29,6 +31,7 @@ __all__ = [
     "DEFAULT_MAX_BODY_BYTES",
     "DEFAULT_MAX_CONTENT_BODY_BYTES",
     "BodyLimitMiddleware",
+    "drain_some",
     "is_content_route",
     "is_upload_route",
 ]
@@ -122,18 +125,19 @@ class BodyLimitMiddleware:
                 body_done = not message.get("more_body", False)
                 received += len(message.get("body", b""))
                 if received > limit:
-                    if not started:
-                        rejected = started = True
-                        await self._reject(send, limit)
+                    # answered below, once the route has unwound (and removed what it began)
+                    rejected = rejected or not started
                     raise _BodyTooLarge
             return message
 
         async def guarded_send(message: Message) -> None:
             nonlocal started
             if rejected:
-                return  # we answered already; drop whatever the route makes of the error
+                return  # the 408 or 413 is ours; drop whatever the route makes of the error
             if message["type"] == "http.response.start":
                 started = True
+                if message.get("status") == 413 and not body_done:  # the route's own cap (uploads)
+                    await drain_some(receive)
             await send(message)
 
         try:
@@ -141,10 +145,38 @@ class BodyLimitMiddleware:
         except Exception:
             if not rejected:
                 raise
+        if rejected and not started:
+            started = True
+            if not body_done:
+                await drain_some(receive)
+            await self._reject(send, limit)
 
     async def _reject(self, send: Send, limit: int) -> None:
         message = f"request body is larger than the limit of {limit} bytes"
         await _answer(send, 413, "request_too_large", message)
+
+
+_DRAIN_BYTES = 1 << 20
+_DRAIN_S = 1.0
+
+
+async def drain_some(receive: Receive) -> None:
+    """Read and drop up to 1 MiB more of a refused request's body, for at most a second, before
+    the refusal is sent (a 413 here, the API-key gate's 403 for a read_only key). An HTTP/1.1
+    client still sending its body when the server closes the connection may see a reset instead
+    of the answer (the SDK reported a connection error, not the 403, for a read_only key's
+    upload). Only for a caller already authenticated: an unauthenticated body is never read. A
+    larger or slower rest is cut off as before."""
+    drained = 0
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(_DRAIN_S):
+            while drained <= _DRAIN_BYTES:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return
+                drained += len(message.get("body", b""))
+                if not message.get("more_body", False):
+                    return
 
 
 async def _answer(send: Send, status: int, error_type: str, message: str) -> None:

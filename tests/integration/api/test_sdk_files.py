@@ -171,8 +171,8 @@ async def test_upload_refused_before_the_body_is_read(small_cap: Api, tmp_path: 
 
 async def test_scoped_and_read_only_keys_read_but_do_not_write(api: Api) -> None:
     """Files belong to no environment (as agents): any key reads, writes need an unscoped one.
-    (A read_only key's upload is refused by the gate from the head alone, which closes the
-    connection without reading the body: see test_upload_refused_before_the_body_is_read.)"""
+    (A read_only key's upload is refused by the gate from the head; it drops a little of the body
+    first, so that the SDK, still sending it, reads the 403 and not a reset connection.)"""
     meta = await api.client.beta.files.upload(file=("shared.txt", b"shared", "text/plain"))
     env = await api.environment()
     scoped, _ = await create_api_key(
@@ -183,9 +183,8 @@ async def test_scoped_and_read_only_keys_read_but_do_not_write(api: Api) -> None
         async with anthropic.AsyncAnthropic(base_url=api.url, api_key=key, max_retries=0) as client:
             assert (await client.beta.files.retrieve_metadata(meta.id)).id == meta.id
             assert await (await client.beta.files.download(meta.id)).read() == b"shared"
-            if key == scoped:
-                with pytest.raises(anthropic.PermissionDeniedError):
-                    await client.beta.files.upload(file=("mine.txt", b"x", "text/plain"))
+            with pytest.raises(anthropic.PermissionDeniedError):
+                await client.beta.files.upload(file=("mine.txt", b"x" * 200_000, "text/plain"))
             with pytest.raises(anthropic.PermissionDeniedError):
                 await client.beta.files.delete(meta.id)
 

@@ -38,6 +38,7 @@ EXPECTED = {
         "DEFAULT_MAX_BODY_BYTES",
         "DEFAULT_MAX_CONTENT_BODY_BYTES",
         "BodyLimitMiddleware",
+        "drain_some",
         "is_content_route",
         "is_upload_route",
     },
