@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.files import FileService
 from control_plane.sessions.repositories import RESOURCE_KIND as REPOSITORY_KIND
-from control_plane.sessions.repository_tokens import list_repositories
+from control_plane.sessions.repository_tokens import list_session_resources
 from control_plane.store.base import Identity, Resources
 
 __all__ = ["PruneReport", "Pruner", "RetentionConfig"]
@@ -118,7 +118,7 @@ class Pruner:
             while True:
                 ids = await self._store.prune_archived("session", before, limit=config.batch_size)
                 for session_id in ids:
-                    for repository in await list_repositories(self._store, session_id):
+                    for repository in await list_session_resources(self._store, session_id):
                         await self._store.delete_resource(REPOSITORY_KIND, repository.id)
                 sessions += len(ids)
                 if len(ids) < config.batch_size:

@@ -41,6 +41,7 @@ from control_plane.environments.networking import egress_of
 from control_plane.errors import ListenFailed, NotFound
 from control_plane.files import FileService
 from control_plane.harness import AnthropicModelClient, Harness
+from control_plane.harness.memory_writeback import contents_reader
 from control_plane.http_limits import http_protocol
 from control_plane.log_follower import LogFollower
 from control_plane.mcp import Credentials, McpRouter, no_credentials
@@ -48,7 +49,8 @@ from control_plane.metering import ControlPlaneMetrics, MeteredGateway, MeteredM
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
 from control_plane.retention import Pruner
-from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories, to_wire
+from control_plane.sessions.memory_resources import memory_mounts
+from control_plane.sessions.repository_tokens import RepositoryTokens, list_session_resources, to_wire
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
 from control_plane.tunnel import (
@@ -149,6 +151,7 @@ class ControlPlane:
         cfg.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.store = open_store(cfg.effective_store_url, options=cfg.store_options)
         self.gateway.placements = self.store  # a session goes back to its sandbox's edge, anywhere
+        self.gateway.memory_contents = contents_reader(self.store)  # memory stores, to sandboxes
         self.ca = CertificateAuthority.load_or_create(cfg.data_dir / "ca")
         self.enrollment = EnrollmentService(self.store, self.ca, clock=_utcnow)
         self.enrollment.add_revocation_listener(self._on_revoked)
@@ -215,6 +218,7 @@ class ControlPlane:
             cfg.harness,
             mcp=self.mcp,
             placement=self._runs_here,
+            resend_spec=self.gateway.resend_spec,
         )
         harness = self.harness
         self.metrics.bind(active_sessions=lambda: len(harness.active_sessions()))
@@ -421,7 +425,9 @@ class ControlPlane:
         ``control_plane.sessions.repository_tokens``)."""
         spec = await self._environment_spec(environment_id)
         assert self.store is not None
-        resources = await list_repositories(self.store, session_id)
+        everything = await list_session_resources(self.store, session_id)
+        spec = replace(spec, memory_mounts=memory_mounts(everything))
+        resources = [r for r in everything if r.body.get("type") != "memory_store"]
         if not resources:
             return spec
         tokens = self._repository_tokens()

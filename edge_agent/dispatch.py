@@ -41,6 +41,7 @@ from edge_agent.journal import JournalState, ResultJournal
 from edge_agent.mcp import McpConnectionFailed, McpError, McpHub, McpInvalidArguments
 from edge_agent.policy import Policy
 from edge_agent.sandbox import SandboxLimits, SandboxManager, ToolCall
+from edge_agent.sandbox.memory_mounts import MemoryMounts
 from outpost_wire.codec import decode_outcome, encode_outcome
 from outpost_wire.errors import ErrorCode
 from outpost_wire.frames import (
@@ -77,7 +78,10 @@ class Dispatcher:
         *,
         mcp: McpHub | None = None,
         clock: Callable[[], float] = time.time,
+        memory: MemoryMounts | None = None,
     ) -> None:
+        """``memory``: the host side of memory-store mounts (the manager's); None = none."""
+        self._memory = memory
         self._mcp = mcp
         self._manager = manager
         self._policy = policy
@@ -148,6 +152,8 @@ class Dispatcher:
             return Provisioned(sandbox_id=info.sandbox_id, image=info.image, reused=info.reused)
         if isinstance(op, Destroy):
             self._limits.pop(request.session_id, None)
+            if self._memory is not None:
+                await asyncio.to_thread(self._memory.forget, request.session_id)
             return Destroyed(existed=await self._manager.destroy(request.session_id))
         return Failure(ErrorCode.INVALID_REQUEST, f"unsupported operation {type(op).__name__}")
 
@@ -175,7 +181,7 @@ class Dispatcher:
                 f"{exc.message}; a session with repositories reaches the edge's git relay through "
                 "the egress proxy, so it needs egress 'allowlist' (of no hosts at least)",
             ) from None
-        return replace(limits, repositories=op.repositories)
+        return replace(limits, repositories=op.repositories, memory_mounts=op.memory_mounts)
 
     async def _execute(self, request: Request, op: Execute | McpCall) -> Outcome:
         key = request.idempotency_key or request.request_id
@@ -203,6 +209,7 @@ class Dispatcher:
         now = asyncio.get_running_loop().time()
         remaining = self._remaining_s(request)
         limits = self._limits_for(request.session_id, op.sandbox)
+        await self._sync_memory(request.session_id, limits, op)
         try:
             call = ToolCall.from_json(
                 request.session_id,
@@ -221,6 +228,12 @@ class Dispatcher:
                 return decode_outcome(existing.outcome)
             return ToolResult.error(INTERRUPTED_MESSAGE)
         outcome: Outcome = await self._run_tool(call, limits)
+        if isinstance(outcome, ToolResult) and limits.memory_mounts and self._memory is not None:
+            # Before the result leaves (and is journaled): what the call changed in the memory
+            # mounts travels with it, so a sandbox that dies after this loses nothing.
+            changes = await asyncio.to_thread(self._memory.scan, call.session_id, limits.memory_mounts)
+            if changes:
+                outcome = replace(outcome, memory_changes=changes)
         await self._journal.finish(key, request.session_id, encode_outcome(outcome))
         return outcome
 
@@ -239,6 +252,21 @@ class Dispatcher:
                 "destroyed the session's sandbox since); send the call again with the spec"
             )
         return known
+
+    async def _sync_memory(self, session_id: str, limits: SandboxLimits, op: Execute) -> None:
+        """Apply the memory contents the call carries; a session with memory mounts whose
+        contents this edge does not hold (it restarted) is refused with ``SANDBOX_SPEC_REQUIRED``:
+        the control plane sends the spec again, and the contents with it."""
+        memory = self._memory
+        if not limits.memory_mounts or memory is None:
+            return
+        if op.memory is not None:
+            await asyncio.to_thread(memory.apply, session_id, limits.memory_mounts, op.memory)
+        elif not memory.has_baseline(session_id):
+            raise SandboxSpecRequired(
+                f"this edge holds no memory-store contents for session {session_id}; send the call "
+                "again with the spec and the contents"
+            )
 
     async def _mcp_once(self, key: str, request: Request, op: McpCall) -> Outcome:
         """One call to a private MCP server, journaled like a sandbox tool call."""

@@ -30,6 +30,7 @@ here: they are answered with a :class:`~outpost_wire.frames.Failure` without tea
 from __future__ import annotations
 
 import math
+import re
 from typing import Final, NoReturn
 
 from google.protobuf.message import DecodeError
@@ -41,6 +42,7 @@ from outpost_wire.frames import (
     EGRESS_MODES,
     MAX_EGRESS_HOST_CHARS,
     MAX_EGRESS_HOSTS,
+    MAX_MEMORY_MOUNTS,
     MAX_REPOSITORIES,
     MAX_REPOSITORY_FIELD_CHARS,
     Ack,
@@ -57,6 +59,9 @@ from outpost_wire.frames import (
     Heartbeat,
     Hello,
     McpCall,
+    MemoryFile,
+    MemoryMount,
+    MemorySnapshot,
     Operation,
     Outcome,
     Provision,
@@ -66,7 +71,7 @@ from outpost_wire.frames import (
     ResultChunk,
     Welcome,
 )
-from outpost_wire.results import ContentBlock, DocumentBlock, ImageBlock, TextBlock, ToolResult
+from outpost_wire.results import ContentBlock, DocumentBlock, ImageBlock, MemoryChange, TextBlock, ToolResult
 
 __all__ = [
     "decode_frame",
@@ -95,6 +100,7 @@ _DEFAULT_EGRESS: Final = Egress()
 # length varint (<= 5 below 4 GiB), and the result_chunk length prefix growing from 1 to <= 5 bytes.
 _CHUNK_DATA_OVERHEAD: Final = 10
 _MAX_UINT32: Final = 0xFFFFFFFF
+_SLUG: Final = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 
 
 # --- frames --------------------------------------------------------------------------------------
@@ -254,6 +260,15 @@ def _request_to_pb(request: Request) -> pb.Request:
             msg.execute.CopyFrom(pb.Execute(tool=op.tool, input_json=op.input_json, timeout_ms=op.timeout_ms))
             if op.sandbox is not None:
                 msg.execute.sandbox.CopyFrom(_provision_to_pb(op.sandbox))
+            if op.memory is not None:
+                msg.execute.memory.SetInParent()
+                msg.execute.memory.stores.extend(
+                    pb.MemorySnapshot(
+                        store_id=snap.store_id,
+                        files=[pb.MemoryFile(path=f.path, content=f.content) for f in snap.files],
+                    )
+                    for snap in op.memory
+                )
         case Destroy():
             msg.destroy.SetInParent()
         case McpCall():
@@ -284,6 +299,9 @@ def _provision_to_pb(op: Provision) -> pb.Provision:
         )
         for r in op.repositories
     )
+    msg.memory_mounts.extend(
+        pb.MemoryMount(store_id=m.store_id, slug=m.slug, read_only=m.read_only) for m in op.memory_mounts
+    )
     return msg
 
 
@@ -307,6 +325,9 @@ def _provision_from_pb(msg: pb.Provision) -> Provision:
         pids=msg.pids,
         egress=egress,
         repositories=repositories,
+        memory_mounts=tuple(
+            MemoryMount(store_id=m.store_id, slug=m.slug, read_only=m.read_only) for m in msg.memory_mounts
+        ),
     )
 
 
@@ -318,7 +339,17 @@ def _request_from_pb(msg: pb.Request) -> Request:
     elif kind == "execute":
         e = msg.execute
         sandbox = _provision_from_pb(e.sandbox) if e.HasField("sandbox") else None
-        op = Execute(tool=e.tool, input_json=e.input_json, timeout_ms=e.timeout_ms, sandbox=sandbox)
+        memory = (
+            tuple(
+                MemorySnapshot(s.store_id, tuple(MemoryFile(f.path, f.content) for f in s.files))
+                for s in e.memory.stores
+            )
+            if e.HasField("memory")
+            else None
+        )
+        op = Execute(
+            tool=e.tool, input_json=e.input_json, timeout_ms=e.timeout_ms, sandbox=sandbox, memory=memory
+        )
     elif kind == "destroy":
         op = Destroy()
     elif kind == "mcp_call":
@@ -354,7 +385,17 @@ def decode_outcome(data: bytes) -> Outcome:
     kind = msg.WhichOneof("kind")
     if kind == "tool_result":
         blocks = tuple(_block_from_pb(b) for b in msg.tool_result.content)
-        return ToolResult(content=blocks, is_error=msg.tool_result.is_error)
+        changes = tuple(
+            MemoryChange(
+                store_id=c.store_id,
+                path=c.path,
+                content=c.content if c.HasField("content") else None,
+                base_sha256=c.base_sha256,
+                error=c.error,
+            )
+            for c in msg.tool_result.memory_changes
+        )
+        return ToolResult(content=blocks, is_error=msg.tool_result.is_error, memory_changes=changes)
     if kind == "provisioned":
         p = msg.provisioned
         return Provisioned(sandbox_id=p.sandbox_id, image=p.image, reused=p.reused)
@@ -369,7 +410,18 @@ def _outcome_to_pb(outcome: Outcome) -> pb.Outcome:
     match outcome:
         case ToolResult():
             blocks = [_block_to_pb(b) for b in outcome.content]
-            return pb.Outcome(tool_result=pb.ToolResult(content=blocks, is_error=outcome.is_error))
+            changes = [
+                pb.MemoryChange(
+                    store_id=c.store_id,
+                    path=c.path,
+                    content=c.content,
+                    base_sha256=c.base_sha256,
+                    error=c.error,
+                )
+                for c in outcome.memory_changes
+            ]
+            result = pb.ToolResult(content=blocks, is_error=outcome.is_error, memory_changes=changes)
+            return pb.Outcome(tool_result=result)
         case Provisioned():
             return pb.Outcome(
                 provisioned=pb.Provisioned(
@@ -451,6 +503,11 @@ def _validate_provision(op: Provision, where: str) -> None:
             isinstance(host, str) and 0 < len(host) <= MAX_EGRESS_HOST_CHARS,
             f"{where}.egress.allowed_hosts entry {host!r:.40}",
         )
+    mounts = op.memory_mounts
+    _require(len(mounts) <= MAX_MEMORY_MOUNTS, f"{where}.memory_mounts (more than {MAX_MEMORY_MOUNTS})")
+    for mount in mounts:
+        _require(isinstance(mount, MemoryMount) and mount.store_id, f"{where}.memory_mounts entry")
+        _require(_SLUG.match(mount.slug) and mount.slug not in (".", ".."), f"{where}.memory_mounts slug")
     repositories = op.repositories
     _require(isinstance(repositories, tuple), f"{where}.repositories (a tuple)")
     _require(len(repositories) <= MAX_REPOSITORIES, f"{where}.repositories (more than {MAX_REPOSITORIES})")

@@ -47,6 +47,9 @@ __all__ = [
     "Heartbeat",
     "Hello",
     "McpCall",
+    "MemoryFile",
+    "MemoryMount",
+    "MemorySnapshot",
     "Operation",
     "Outcome",
     "Provision",
@@ -156,6 +159,36 @@ class Repository:
     token: str = field(default="", repr=False)
 
 
+MAX_MEMORY_MOUNTS: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryMount:
+    """A memory store of the session, bind-mounted into the sandbox at ``/mnt/memory/<slug>``
+    (read-only when ``read_only``). ``slug`` is one path segment of ``[A-Za-z0-9._-]`` (not ``.``
+    or ``..``); at most 8 mounts per sandbox. The contents travel in :attr:`Execute.memory`."""
+
+    store_id: str
+    slug: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryFile:
+    """One memory: ``path`` as the API shows it (``/notes.md``), relative to its mount."""
+
+    path: str
+    content: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class MemorySnapshot:
+    """The whole current content of one mounted memory store."""
+
+    store_id: str
+    files: tuple[MemoryFile, ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class Provision:
     """Create the session's sandbox if it does not exist. 0 / "" = the edge's default.
@@ -171,6 +204,7 @@ class Provision:
     pids: int = 0
     egress: Egress = Egress()
     repositories: tuple[Repository, ...] = ()
+    memory_mounts: tuple[MemoryMount, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,6 +225,10 @@ class Execute:
     input_json: str
     timeout_ms: int = 0
     sandbox: Provision | None = None
+    memory: tuple[MemorySnapshot, ...] | None = None
+    """The session's memory stores' whole contents, applied to the mounts before the tool runs
+    (and taken as the baseline of the post-call scan); ``None`` = unchanged. The control plane
+    sends it with the spec, and whenever the stores changed behind the edge's back."""
 
 
 @dataclass(frozen=True, slots=True)

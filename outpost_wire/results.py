@@ -11,7 +11,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["ContentBlock", "DocumentBlock", "ImageBlock", "TextBlock", "ToolResult"]
+__all__ = ["ContentBlock", "DocumentBlock", "ImageBlock", "MemoryChange", "TextBlock", "ToolResult"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,9 +50,30 @@ ContentBlock = TextBlock | ImageBlock | DocumentBlock
 
 
 @dataclass(frozen=True, slots=True)
+class MemoryChange:
+    """A file a tool changed under a read-write memory mount (``/mnt/memory/<slug>``), as the
+    edge's post-call scan found it.
+
+    ``path`` is the memory's path (``/notes.md``); ``content`` the file's text now, ``None`` when
+    the file was deleted; ``base_sha256`` the content's hash in the edge's baseline (what the
+    control plane last sent), ``""`` for a new file. ``error`` non-empty: the change cannot become
+    a memory (too large, not UTF-8, a link, ...) and is only reported (``content`` is ``None``).
+    """
+
+    store_id: str
+    path: str
+    content: str | None = field(default=None, repr=False)
+    base_sha256: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ToolResult:
     content: tuple[ContentBlock, ...] = field(default_factory=tuple)
     is_error: bool = False
+    #: What the call changed in the session's memory mounts (the control plane writes it back
+    #: as memory versions before it records the result, and strips it).
+    memory_changes: tuple[MemoryChange, ...] = ()
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolResult:

@@ -204,9 +204,11 @@ class AgentSpec:
     toolset: tuple[ToolsetTool, ...] = ()
     custom: tuple[CustomTool, ...] = ()
     mcp_servers: tuple[McpServerSpec, ...] = ()
+    #: The system prompt's memory section (the session's mounted memory stores), after ``system``.
+    memory: str | None = None
 
     @classmethod
-    def from_json(cls, agent: Mapping[str, Any]) -> AgentSpec:
+    def from_json(cls, agent: Mapping[str, Any], memory: str | None = None) -> AgentSpec:
         """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
         resolved by ``control_plane.agents.configuration``). Raises ``ValueError`` when there is
         no model id or the tools are not in the resolved form."""
@@ -238,6 +240,7 @@ class AgentSpec:
             toolset=tuple(ToolsetTool(name, policies[name]) for name in TOOLSET_ORDER if name in policies),
             custom=tuple(custom),
             mcp_servers=_mcp_servers(agent.get("mcp_servers"), raw_tools),
+            memory=memory,
         )
 
     @property
@@ -287,10 +290,15 @@ class AgentSpec:
         return tools
 
     def system_param(self) -> list[dict[str, Any]] | None:
-        """The ``system`` blocks (one, with ``cache_control``), or ``None`` without a prompt."""
-        if self.system is None:
+        """The ``system`` blocks (the agent's prompt, then the memory section; ``cache_control``
+        on the last: both are fixed for the session's life), or ``None`` without either."""
+        blocks: list[dict[str, Any]] = [
+            {"type": "text", "text": text} for text in (self.system, self.memory) if text is not None
+        ]
+        if not blocks:
             return None
-        return [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}]
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        return blocks
 
 
 def _mcp_servers(servers: Any, tools: Sequence[Mapping[str, Any]]) -> tuple[McpServerSpec, ...]:

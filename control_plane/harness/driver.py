@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -59,6 +60,7 @@ from control_plane.harness.fold import SessionState
 from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
+from control_plane.harness.memory_writeback import MemoryWriteBack
 from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
 from control_plane.harness.step import (
     CallModel,
@@ -77,10 +79,11 @@ from control_plane.harness.step import (
     tool_outcome_events,
 )
 from control_plane.sessions.log import append_and_publish
+from control_plane.sessions.memory_resources import memory_prompt
 from control_plane.sessions.usage import Budget
 from control_plane.store.base import Event, NewEvent, Resource, Store
 from outpost_wire.errors import OutpostError
-from outpost_wire.results import ToolResult
+from outpost_wire.results import TextBlock, ToolResult
 
 __all__ = ["DriverContext", "RecentSessions", "SessionDriver", "ToolGateway"]
 
@@ -163,6 +166,7 @@ class DriverContext:
     background: set[asyncio.Task[None]] = field(default_factory=set)  # speculative provisioning
     new_id: Callable[[], str] = ev.new_event_id
     mcp: McpBackend | None = None  # None: MCP servers are reported unavailable
+    memory: MemoryWriteBack | None = None  # None: memory changes reported by the edge are dropped
 
 
 class _Stop(Exception):
@@ -202,6 +206,7 @@ class SessionDriver:
         #: Usage not yet written to the session resource (written with the next status).
         self._usage_due: Mapping[str, Any] | None = None
         self._agent: AgentSpec | None = None
+        self._memory: list[dict[str, Any]] = []  # the session's memory store mounts
         self.environment_id: str | None = None
         #: The session runs no more (archived, terminated or deleted): the harness forgets it.
         self.ended = False
@@ -219,7 +224,8 @@ class SessionDriver:
         if body is None:
             return
         try:
-            self._agent = AgentSpec.from_json(body.get("agent") or {})
+            self._memory = list(body.get("memory_stores") or [])
+            self._agent = AgentSpec.from_json(body.get("agent") or {}, memory_prompt(self._memory))
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
             return
@@ -517,6 +523,8 @@ class SessionDriver:
             outcome = NoEnvironment()
         else:
             await self._tell_if_no_edge(self.environment_id)
+            if self._ctx.memory is not None:
+                await self._ctx.memory.before_call(self._sid, self._memory)
             try:
                 result = await self._interruptible(
                     self._ctx.gateway.execute(
@@ -541,9 +549,20 @@ class SessionDriver:
             else:
                 self._ctx.provisioned.add(self._sid)
                 self._ctx.edge_outages.discard(self._sid)  # an edge answered: the outage is over
-                outcome = ToolAnswered(result)
+                outcome = ToolAnswered(await self._write_back(result))
             move = self._ctx.gateway.take_move(self._sid)  # the sandbox made anew on another edge
         await self._append(list(tool_outcome_events(call, outcome, move)))
+
+    async def _write_back(self, result: ToolResult) -> ToolResult:
+        """The call's memory changes written (before its result is recorded); conflict notes
+        appended to what the model sees."""
+        if not result.memory_changes:
+            return result
+        notes: list[str] = []
+        if self._ctx.memory is not None:
+            notes = await self._ctx.memory.write_back(self._sid, self._memory, result.memory_changes)
+        content = result.content + tuple(TextBlock(note) for note in notes)
+        return dataclasses.replace(result, content=content, memory_changes=())
 
     async def _mcp_offer(self, agent: AgentSpec) -> McpOffer:
         """The MCP tools for the next model request, from the servers' current tool lists."""

@@ -47,6 +47,7 @@ from control_plane.harness.config import HarnessConfig
 from control_plane.harness.driver import DriverContext, SessionDriver, ToolGateway
 from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend
+from control_plane.harness.memory_writeback import MemoryWriteBack
 from control_plane.harness.model import ModelClient
 from control_plane.store.base import Order, Resource, Store
 
@@ -86,15 +87,25 @@ class Harness:
         mcp: McpBackend | None = None,
         placement: Callable[[str, str], Awaitable[bool]] | None = None,
         scan_page_size: int = _SCAN_PAGE,
+        resend_spec: Callable[[str], None] | None = None,
     ) -> None:
         """``mcp``: how the agents' MCP servers are reached (``control_plane.mcp.McpRouter``);
         without it, MCP servers are reported unavailable and their tools not offered. Like the
         model client, it is the caller's to close. ``scan_page_size``: sessions per store page
-        when scanning for work (tests make it small to cover several pages)."""
+        when scanning for work (tests make it small to cover several pages). ``resend_spec``:
+        the gateway's, to re-send a session's memory stores to its sandbox (see
+        :mod:`~control_plane.harness.memory_writeback`)."""
         self.config = config or HarnessConfig()
         self.holder_id = holder_id or "harness_" + secrets.token_hex(8)
         self._ctx = DriverContext(
-            store=store, gateway=gateway, model=model, bus=bus, config=self.config, clock=clock, mcp=mcp
+            store=store,
+            gateway=gateway,
+            model=model,
+            bus=bus,
+            config=self.config,
+            clock=clock,
+            mcp=mcp,
+            memory=MemoryWriteBack(store, clock, resend_spec),
         )
         self._slots: dict[str, _Slot] = {}
         self._placement = placement if self.config.follow_tunnels else None

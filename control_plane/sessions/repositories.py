@@ -53,7 +53,8 @@ WORKSPACE = "/workspace"
 MAX_TOKEN_CHARS = 4096
 MAX_MOUNT_PATH_CHARS = 1024
 _FIELDS = frozenset({"type", "url", "authorization_token", "checkout", "mount_path"})
-_UNSUPPORTED_TYPES = frozenset({"file", "memory_store"})
+_UNSUPPORTED_TYPES = frozenset({"file"})
+_MEMORY_TYPE = "memory_store"  # parsed by control_plane.sessions.memory_resources
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)[^\x00-\x20~^:?*\[\\\x7f]{1,255}(?<!\.lock)(?<![/.])$")
@@ -76,7 +77,9 @@ class RepositoryInput:
 
 def parse_resources(items: Sequence[Any], *, param: str = "resources") -> list[RepositoryInput]:
     """Validate ``resources`` of a session create; InvalidRequest naming the bad field (never
-    echoing a token)."""
+    echoing a token). ``memory_store`` items are skipped (see
+    :mod:`control_plane.sessions.memory_resources`)."""
+    items = [item for item in items if not (isinstance(item, Mapping) and item.get("type") == _MEMORY_TYPE)]
     if len(items) > MAX_REPOSITORIES:
         raise InvalidRequest(f"{param}: at most {MAX_REPOSITORIES} resources per session", param=param)
     parsed = [_parse_one(item, f"{param}[{index}]") for index, item in enumerate(items)]
@@ -199,8 +202,13 @@ def repository_body(
 
 
 def repository_json(res: Resource) -> dict[str, Any]:
-    """A repository resource as the API shows it: never the token."""
+    """A repository resource as the API shows it: never the token (a memory store resource as
+    :func:`~control_plane.sessions.memory_resources.memory_json` shows it)."""
     body = res.body
+    if body.get("type") == _MEMORY_TYPE:
+        from control_plane.sessions.memory_resources import memory_json
+
+        return memory_json(res)
     return {
         "type": REPOSITORY_TYPE,
         "id": res.id,

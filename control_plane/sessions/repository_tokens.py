@@ -24,7 +24,7 @@ from outpost_wire.frames import Repository
 
 from .repositories import RESOURCE_KIND
 
-__all__ = ["RepositoryTokens", "list_repositories", "repository_aad", "to_wire"]
+__all__ = ["RepositoryTokens", "list_repositories", "list_session_resources", "repository_aad", "to_wire"]
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,13 @@ def repository_aad(session_id: str, resource_id: str, url: str) -> bytes:
 
 async def list_repositories(store: Resources, session_id: str) -> list[Resource]:
     """The session's repository resources, oldest first (at most a page: the API caps them)."""
+    return [
+        r for r in await list_session_resources(store, session_id) if r.body.get("type") != "memory_store"
+    ]
+
+
+async def list_session_resources(store: Resources, session_id: str) -> list[Resource]:
+    """All the session's resources (repositories and memory stores), oldest first."""
     page = await store.list_resources(
         RESOURCE_KIND, filters={"session_id": session_id}, limit=100, order=Order.ASC
     )

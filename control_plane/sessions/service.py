@@ -77,6 +77,12 @@ from control_plane.sessions.log import (
     read_status,
     read_usage,
 )
+from control_plane.sessions.memory_resources import (
+    MEMORY_TYPE,
+    memory_body,
+    parse_memory_resource,
+    resolve_memory_resources,
+)
 from control_plane.sessions.repositories import (
     RESOURCE_KIND,
     RepositoryInput,
@@ -85,7 +91,11 @@ from control_plane.sessions.repositories import (
     parse_resources,
     repository_body,
 )
-from control_plane.sessions.repository_tokens import RepositoryTokens, list_repositories
+from control_plane.sessions.repository_tokens import (
+    RepositoryTokens,
+    list_repositories,
+    list_session_resources,
+)
 from control_plane.sessions.usage import (
     Budget,
     ModelPrice,
@@ -187,6 +197,14 @@ class SessionService:
                 "resources: authorization_token needs the vault (which seals tokens); it is not "
                 "configured on this control plane"
             )
+        memory = await resolve_memory_resources(
+            self._store,
+            [
+                (f"resources[{i}]", parse_memory_resource(item, f"resources[{i}]"))
+                for i, item in enumerate(command.resources)
+                if isinstance(item, Mapping) and item.get("type") == MEMORY_TYPE
+            ],
+        )
         await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
         if budget is not None:
@@ -203,9 +221,14 @@ class SessionService:
                 max_events=_MAX_INITIAL_EVENTS,
             )
         now = self._clock()
-        body = _new_session_body(command, snapshot, vault_ids, budget)
+        body = {**_new_session_body(command, snapshot, vault_ids, budget), "memory_stores": memory}
         res = await self._store.create_resource("session", new_session_id(), body, now)
-        await self._create_repositories(res.id, repositories, now)
+        created = await self._create_repositories(res.id, repositories, now)
+        for index, resolved in enumerate(memory, start=len(created)):
+            at = now + timedelta(microseconds=index)
+            await self._store.create_resource(
+                RESOURCE_KIND, new_resource_id(), memory_body(res.id, resolved), at
+            )
         if initial:
             await append_and_publish(self._store, self._bus, res.id, initial, now)
             await self._runner.wake(res.id)
@@ -286,8 +309,8 @@ class SessionService:
     async def delete(self, session_id: str, viewer: Viewer) -> None:
         await self.session(session_id, viewer)
         await self._runner.session_ended(session_id)  # first, so the harness stops before the log goes
-        for repository in await list_repositories(self._store, session_id):
-            await self._store.delete_resource(RESOURCE_KIND, repository.id)
+        for resource in await list_session_resources(self._store, session_id):
+            await self._store.delete_resource(RESOURCE_KIND, resource.id)
         await self._store.delete_resource("session", session_id)
         self._bus.publish_persisted(session_id, 0)  # wake live streams: they find the session gone
 
@@ -346,7 +369,7 @@ class SessionService:
 
     async def repository(self, session_id: str, resource_id: str, viewer: Viewer) -> Resource:
         await self.session(session_id, viewer)
-        return await self._repository_of(session_id, resource_id)
+        return await self._repository_of(session_id, resource_id, any_type=True)
 
     async def add_resource(self, session_id: str, params: Mapping[str, Any], viewer: Viewer) -> NoReturn:
         """Adding ``file`` resources is part of the API; Outpost mounts no files yet, and
@@ -389,7 +412,7 @@ class SessionService:
     # -- helpers ---------------------------------------------------------------------------
     async def _view(self, res: Resource) -> SessionView:
         status = await read_status(self._store, res.id)
-        repositories = await list_repositories(self._store, res.id)
+        repositories = await list_session_resources(self._store, res.id)
         tokens = token_totals(await read_usage(self._store, res.id))
         now = self._clock()
         active = await read_active_ms(self._store, res.id, now)
@@ -402,10 +425,16 @@ class SessionService:
             raise InvalidRequest(f"session {session_id!r} is archived", param="session_id")
         return session
 
-    async def _repository_of(self, session_id: str, resource_id: str) -> Resource:
+    async def _repository_of(self, session_id: str, resource_id: str, *, any_type: bool = False) -> Resource:
         res = await self._store.get_resource(RESOURCE_KIND, resource_id)
         if res.body.get("session_id") != session_id:
             raise NotFound(RESOURCE_KIND, resource_id)
+        if not any_type and res.body.get("type") == MEMORY_TYPE:
+            raise InvalidRequest(
+                "a memory_store resource is mounted for the session's whole life in Outpost: it "
+                "cannot be changed or removed",
+                param="resource_id",
+            )
         return res
 
     async def _agent_snapshot(self, choice: AgentChoice) -> dict[str, Any]:

@@ -65,6 +65,8 @@ from outpost_wire.frames import (
     Execute,
     Failure,
     McpCall,
+    MemoryMount,
+    MemorySnapshot,
     Outcome,
     Provision,
     Provisioned,
@@ -72,7 +74,9 @@ from outpost_wire.frames import (
 )
 from outpost_wire.results import ToolResult
 
-__all__ = ["EdgeGateway", "GatewayConfig", "SandboxMove", "SandboxPlacements"]
+__all__ = ["EdgeGateway", "GatewayConfig", "MemoryContents", "SandboxMove", "SandboxPlacements"]
+
+MemoryContents = Callable[[str, tuple[MemoryMount, ...]], Awaitable[tuple[MemorySnapshot, ...]]]
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +119,7 @@ class EdgeGateway:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         on_move: Callable[[SandboxMove], None] | None = None,
+        memory_contents: MemoryContents | None = None,
     ) -> None:
         """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
         limits, egress from its environment; its git repositories, with their tokens); read for
@@ -122,7 +127,10 @@ class EdgeGateway:
         module docstring), so that a sandbox made lazily by the edge is made as the session says,
         and the edge has the session's current repositories. Default: the edge's defaults, no
         network, no repositories. ``rng`` breaks placement ties.
-        ``on_move`` is told of every sandbox move as it happens (the metrics count them)."""
+        ``on_move`` is told of every sandbox move as it happens (the metrics count them).
+        ``memory_contents(session_id, mounts)``: the mounted memory stores' whole contents, read
+        only when an ``Execute`` carries the spec (they travel with it, never in it)."""
+        self.memory_contents = memory_contents
         self._on_move = on_move
         self._registry = registry
         self._book = PlacementBook(rng)
@@ -302,10 +310,11 @@ class EdgeGateway:
         refused: set[str] = set()
         while True:
             conn, fresh = await self._pick_edge(session_id, environment_id, refused=frozenset(refused))
-            sent = self._without_held_spec(conn, session_id, op)
+            stripped = self._without_held_spec(conn, session_id, op)
+            sent = await self._with_memory(session_id, stripped)
             try:
                 outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
-                if sent is not op and _spec_required(outcome):
+                if stripped is not op and _spec_required(outcome):
                     log.info(
                         "session %s: edge %s holds no sandbox spec for it (it restarted?); "
                         "sending the call again with the spec",
@@ -313,7 +322,7 @@ class EdgeGateway:
                         conn.edge_id,
                     )
                     self._forget_spec(session_id)
-                    sent = op
+                    sent = await self._with_memory(session_id, op)
                     outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
             finally:
                 if fresh:
@@ -341,6 +350,24 @@ class EdgeGateway:
         if self._specs_sent.get(conn, {}).get(session_id) != _digest(op.sandbox):
             return op
         return dataclasses.replace(op, sandbox=None)
+
+    async def _with_memory(self, session_id: str, op: Provision | Execute) -> Provision | Execute:
+        """An ``Execute`` carrying a spec with memory mounts carries the stores' contents too."""
+        if (
+            not isinstance(op, Execute)
+            or op.sandbox is None
+            or not op.sandbox.memory_mounts
+            or op.memory is not None
+            or self.memory_contents is None
+        ):
+            return op
+        contents = await self.memory_contents(session_id, op.sandbox.memory_mounts)
+        return dataclasses.replace(op, memory=contents)
+
+    def resend_spec(self, session_id: str) -> None:
+        """Send the session's spec (and memory contents) with its next call: the memory stores
+        changed behind the edge's back."""
+        self._forget_spec(session_id)
 
     def _note_spec(self, edge_id: str, session_id: str, sent: Provision | Execute, outcome: Outcome) -> None:
         """Remember that the edge's connection holds the spec ``sent`` carried, once the edge

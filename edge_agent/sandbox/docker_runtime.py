@@ -389,7 +389,13 @@ def container_config(spec: SandboxSpec) -> dict[str, Any]:
             "/tmp": f"{tmpfs_opts},size={spec.tmp_bytes},mode=1777",  # noqa: S108 - inside the sandbox
             spec.home: f"{tmpfs_opts},size={spec.home_bytes},uid={spec.uid},gid={spec.gid}",
         },
-        "Mounts": [{"Type": "volume", "Source": spec.volume, "Target": spec.workdir, "ReadOnly": False}],
+        "Mounts": [
+            {"Type": "volume", "Source": spec.volume, "Target": spec.workdir, "ReadOnly": False},
+            *(
+                {"Type": "bind", "Source": source, "Target": target, "ReadOnly": read_only}
+                for source, target, read_only in spec.binds
+            ),
+        ],
     }
     config: dict[str, Any] = {
         "Image": spec.image,

@@ -58,11 +58,12 @@ from typing import Any
 from outpost_wire.results import ToolResult
 
 from ..egress import EgressController, EgressMode, EgressSpec, ProxyLimits, Resolver
-from ..errors import CapacityExhausted, RepositoryError, SandboxUnavailable
+from ..errors import CapacityExhausted, PolicyDenied, RepositoryError, SandboxUnavailable
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
 from .container_runtime import ContainerRecord, ContainerRuntime
 from .idle import IdlePauser
+from .memory_mounts import MemoryMounts
 from .pool import PoolMember, WarmPool
 from .sandboxd import QUOTA_ENV
 from .session_sandbox import ALIVE_STATES, SessionLocks, SessionSandbox
@@ -134,6 +135,7 @@ class SandboxManager:
         on_provisioned: Callable[[str, float], None] | None = None,
         workspace_quota_bytes: int = 0,
         warm_pool_size: int = 0,
+        memory: MemoryMounts | None = None,
     ) -> None:
         """``runtime``: the container engine (owned by the caller, who closes it after the manager);
         the manager hands it on to its warm pool, egress controller, git service and channels.
@@ -145,7 +147,8 @@ class SandboxManager:
         ``resume`` (a paused or detached one).
         ``workspace_quota_bytes``: the soft size quota sandboxd enforces on ``/workspace`` (0 = none).
         ``warm_pool_size``: paused sandboxes kept ready for new sessions (0 = no pool), at most
-        ``max_sandboxes``; see :mod:`.pool`."""
+        ``max_sandboxes``; see :mod:`.pool`. ``memory``: the host side of memory-store mounts
+        (:mod:`.memory_mounts`); None = a spec naming memory stores is refused."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -172,6 +175,7 @@ class SandboxManager:
             local=git.local_service() if git is not None else None,
         )
         self._git = git
+        self.memory = memory
         self._on_provisioned = on_provisioned
         self._workspace_quota_bytes = workspace_quota_bytes
         self._sandboxes: dict[str, SessionSandbox] = {}
@@ -432,7 +436,8 @@ class SandboxManager:
                 log.info("sandbox %s of session %s is gone (%s); replacing it", sb.short_id, session_id, exc)
                 await self._discard(sb)
         pool = self._pool
-        if pool is not None and session_id not in self._workspaces:  # a new session: claim?
+        # A new session may claim a pool member (not one with memory mounts: a member has none).
+        if pool is not None and session_id not in self._workspaces and not limits.memory_mounts:
             member = pool.take(limits)
             if member is not None:
                 started = time.monotonic()
@@ -554,6 +559,7 @@ class SandboxManager:
                 env=attachment.env if attachment else None,
                 proxy_url=attachment.proxy_url if attachment else "",
                 volume=self._workspaces.get(session_id, ""),
+                binds=await self._memory_binds(session_id, limits),
             )
             if spec.volume == volume_name(self._prefix, session_id):
                 await self._runtime.ensure_volume(spec.volume, sandbox_labels(self._edge_id, session_id))
@@ -585,6 +591,15 @@ class SandboxManager:
             return sb
         finally:
             self._reserved -= 1
+
+    async def _memory_binds(
+        self, session_id: str, limits: SandboxLimits
+    ) -> tuple[tuple[str, str, bool], ...]:
+        if not limits.memory_mounts:
+            return ()
+        if self.memory is None:
+            raise PolicyDenied("sandbox.memory", "this edge does not mount memory stores")
+        return await asyncio.to_thread(self.memory.binds, session_id, limits.memory_mounts)
 
     async def _populate(
         self, container_id: str, session_id: str, limits: SandboxLimits, labels: Mapping[str, str]

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from outpost_wire.frames import Repository
+from outpost_wire.frames import MemoryMount, Repository
 
 from ..egress import EgressMode, EgressSpec
 
@@ -65,6 +65,8 @@ class SandboxLimits:
 
     ``repositories``: the session's git repositories, cloned into the workspace when a sandbox is
     made (see :mod:`edge_agent.git`); they do not make an existing sandbox be replaced.
+    ``memory_mounts``: the session's memory stores, bind-mounted at ``/mnt/memory/<slug>``
+    (:mod:`.memory_mounts`); fixed for a session's life.
     """
 
     image: str
@@ -73,6 +75,7 @@ class SandboxLimits:
     pids: int
     egress: EgressSpec = field(default_factory=EgressSpec)
     repositories: tuple[Repository, ...] = ()
+    memory_mounts: tuple[MemoryMount, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,8 @@ class SandboxSpec:
     home_bytes: int = 64 * 1024 * 1024
     command: tuple[str, ...] = ("sleep", "infinity")
     env: Mapping[str, str] = field(default_factory=dict)
+    #: ``(host path, path in the sandbox, read only)``: bind mounts (the memory stores')
+    binds: tuple[tuple[str, str, bool], ...] = ()
 
     @classmethod
     def for_session(
@@ -108,6 +113,7 @@ class SandboxSpec:
         env: Mapping[str, str] | None = None,
         proxy_url: str = "",
         volume: str = "",
+        binds: tuple[tuple[str, str, bool], ...] = (),
     ) -> SandboxSpec:
         """``network``/``env``/``proxy_url``: where egress control put the sandbox (see
         :meth:`edge_agent.egress.EgressController.attachment`). ``volume``: the workspace, when it
@@ -126,6 +132,7 @@ class SandboxSpec:
             pids=limits.pids,
             network=network,
             env=dict(env or {}),
+            binds=binds,
         )
 
     @classmethod

@@ -335,6 +335,7 @@ class Provision(_message.Message):
     PIDS_FIELD_NUMBER: _builtins.int
     EGRESS_FIELD_NUMBER: _builtins.int
     REPOSITORIES_FIELD_NUMBER: _builtins.int
+    MEMORY_MOUNTS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     cpus: _builtins.float
     memory_bytes: _builtins.int
@@ -345,6 +346,10 @@ class Provision(_message.Message):
     def repositories(self) -> _containers.RepeatedCompositeFieldContainer[Global___Repository]:
         """cloned into the workspace when the sandbox is made"""
 
+    @_builtins.property
+    def memory_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryMount]:
+        """memory stores bind-mounted at /mnt/memory/<slug>"""
+
     def __init__(
         self,
         *,
@@ -354,14 +359,115 @@ class Provision(_message.Message):
         pids: _builtins.int = ...,
         egress: Global___Egress | None = ...,
         repositories: _abc.Iterable[Global___Repository] | None = ...,
+        memory_mounts: _abc.Iterable[Global___MemoryMount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["egress", b"egress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "pids", b"pids", "repositories", b"repositories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "memory_mounts", b"memory_mounts", "pids", b"pids", "repositories", b"repositories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Provision: _TypeAlias = Provision  # noqa: Y015
+
+@_typing.final
+class MemoryMount(_message.Message):
+    """A memory store of the session, materialised at /mnt/memory/<slug> (read-only when read_only).
+    Its contents travel separately (Execute.memory), never in the spec.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_ID_FIELD_NUMBER: _builtins.int
+    SLUG_FIELD_NUMBER: _builtins.int
+    READ_ONLY_FIELD_NUMBER: _builtins.int
+    store_id: _builtins.str
+    slug: _builtins.str
+    read_only: _builtins.bool
+    def __init__(
+        self,
+        *,
+        store_id: _builtins.str = ...,
+        slug: _builtins.str = ...,
+        read_only: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["read_only", b"read_only", "slug", b"slug", "store_id", b"store_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryMount: _TypeAlias = MemoryMount  # noqa: Y015
+
+@_typing.final
+class MemorySync(_message.Message):
+    """The whole current content of a session's memory stores: the edge makes each mount hold exactly
+    these files and takes them as the baseline its post-call scan compares against.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def stores(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemorySnapshot]: ...
+    def __init__(
+        self,
+        *,
+        stores: _abc.Iterable[Global___MemorySnapshot] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["stores", b"stores"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemorySync: _TypeAlias = MemorySync  # noqa: Y015
+
+@_typing.final
+class MemorySnapshot(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_ID_FIELD_NUMBER: _builtins.int
+    FILES_FIELD_NUMBER: _builtins.int
+    store_id: _builtins.str
+    @_builtins.property
+    def files(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryFile]: ...
+    def __init__(
+        self,
+        *,
+        store_id: _builtins.str = ...,
+        files: _abc.Iterable[Global___MemoryFile] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["files", b"files", "store_id", b"store_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemorySnapshot: _TypeAlias = MemorySnapshot  # noqa: Y015
+
+@_typing.final
+class MemoryFile(_message.Message):
+    """path: the memory's path ("/notes.md"), relative to the mount."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    content: _builtins.str
+    def __init__(
+        self,
+        *,
+        path: _builtins.str = ...,
+        content: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "path", b"path"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MemoryFile: _TypeAlias = MemoryFile  # noqa: Y015
 
 @_typing.final
 class Repository(_message.Message):
@@ -433,6 +539,7 @@ class Execute(_message.Message):
     INPUT_JSON_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     SANDBOX_FIELD_NUMBER: _builtins.int
+    MEMORY_FIELD_NUMBER: _builtins.int
     tool: _builtins.str
     input_json: _builtins.str
     timeout_ms: _builtins.int
@@ -443,6 +550,10 @@ class Execute(_message.Message):
         none answers Failure SANDBOX_SPEC_REQUIRED, and the control plane sends the call again with it.
         """
 
+    @_builtins.property
+    def memory(self) -> Global___MemorySync:
+        """The session's memory stores' contents, applied before the tool runs; absent = unchanged."""
+
     def __init__(
         self,
         *,
@@ -450,10 +561,11 @@ class Execute(_message.Message):
         input_json: _builtins.str = ...,
         timeout_ms: _builtins.int = ...,
         sandbox: Global___Provision | None = ...,
+        memory: Global___MemorySync | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["sandbox", b"sandbox"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["memory", b"memory", "sandbox", b"sandbox"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "sandbox", b"sandbox", "timeout_ms", b"timeout_ms", "tool", b"tool"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["input_json", b"input_json", "memory", b"memory", "sandbox", b"sandbox", "timeout_ms", b"timeout_ms", "tool", b"tool"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -694,22 +806,66 @@ class ToolResult(_message.Message):
 
     CONTENT_FIELD_NUMBER: _builtins.int
     IS_ERROR_FIELD_NUMBER: _builtins.int
+    MEMORY_CHANGES_FIELD_NUMBER: _builtins.int
     is_error: _builtins.bool
     @_builtins.property
     def content(self) -> _containers.RepeatedCompositeFieldContainer[Global___ContentBlock]: ...
+    @_builtins.property
+    def memory_changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryChange]:
+        """What the tool changed in the session's read-write memory mounts (the edge's post-call scan)."""
+
     def __init__(
         self,
         *,
         content: _abc.Iterable[Global___ContentBlock] | None = ...,
         is_error: _builtins.bool = ...,
+        memory_changes: _abc.Iterable[Global___MemoryChange] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "is_error", b"is_error"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["content", b"content", "is_error", b"is_error", "memory_changes", b"memory_changes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ToolResult: _TypeAlias = ToolResult  # noqa: Y015
+
+@_typing.final
+class MemoryChange(_message.Message):
+    """One file changed under /mnt/memory/<slug>: deleted (content absent), or written (content);
+    base_sha256: the content's hash in the edge's baseline ("" = the file is new); error: the
+    change could not be taken (too large, not UTF-8, a link ...), nothing is written.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STORE_ID_FIELD_NUMBER: _builtins.int
+    PATH_FIELD_NUMBER: _builtins.int
+    CONTENT_FIELD_NUMBER: _builtins.int
+    BASE_SHA256_FIELD_NUMBER: _builtins.int
+    ERROR_FIELD_NUMBER: _builtins.int
+    store_id: _builtins.str
+    path: _builtins.str
+    content: _builtins.str
+    base_sha256: _builtins.str
+    error: _builtins.str
+    def __init__(
+        self,
+        *,
+        store_id: _builtins.str = ...,
+        path: _builtins.str = ...,
+        content: _builtins.str | None = ...,
+        base_sha256: _builtins.str = ...,
+        error: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "content", b"content"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_content", b"_content", "base_sha256", b"base_sha256", "content", b"content", "error", b"error", "path", b"path", "store_id", b"store_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    _WhichOneofReturnType__content: _TypeAlias = _typing.Literal["content"]  # noqa: Y015
+    _WhichOneofArgType__content: _TypeAlias = _typing.Literal["_content", b"_content"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__content) -> _WhichOneofReturnType__content | None: ...
+
+Global___MemoryChange: _TypeAlias = MemoryChange  # noqa: Y015
 
 @_typing.final
 class ContentBlock(_message.Message):

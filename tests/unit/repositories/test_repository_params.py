@@ -51,7 +51,6 @@ def test_checkout_and_mount_path() -> None:
     ("item", "param"),
     [
         ({"type": "file", "file_id": "file_1"}, "resources[0].type"),
-        ({"type": "memory_store", "memory_store_id": "m"}, "resources[0].type"),
         ({"type": "git"}, "resources[0].type"),
         ("https://x/y.git", "resources[0]"),
         (repo(extra=1), "resources[0]"),

@@ -1,0 +1,127 @@
+"""Issue 14 item 1, the session half: a memory store mounted in a real Docker sandbox at the edge,
+written by bash and read back through the official SDK; a read-only mount is truly read-only."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import anthropic
+import pytest
+
+from control_plane.server import ControlPlane
+from scripted_model import LocalModelServer
+from scripted_model.responders import last_prompt_text, tool_results_since_prompt
+from scripted_model.script import Turn
+
+pytestmark = pytest.mark.docker
+
+
+def _responder(request: Mapping[str, Any]) -> Turn:
+    """The prompt is a JSON list of tool calls: make them in order, then end the turn."""
+    calls = json.loads(last_prompt_text(request) or "[]")
+    done = len(tool_results_since_prompt(request))
+    if done < len(calls):
+        name, tool_input = calls[done]
+        return Turn.tool_use(name, tool_input)
+    return Turn.text("done")
+
+
+@pytest.fixture
+async def model_server() -> AsyncIterator[LocalModelServer]:
+    async with LocalModelServer(_responder) as server:
+        yield server
+
+
+async def _run(client: anthropic.AsyncAnthropic, session_id: str, calls: list[Any]) -> list[Any]:
+    stream = await client.beta.sessions.events.stream(session_id)
+    await client.beta.sessions.events.send(
+        session_id,
+        events=[{"type": "user.message", "content": [{"type": "text", "text": json.dumps(calls)}]}],
+    )
+    async for event in stream:
+        if event.type == "session.status_idle":
+            break
+    return [e async for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"]
+
+
+def _text(result: Any) -> str:
+    return "".join(getattr(block, "text", "") or "" for block in result.content or [])
+
+
+async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_read_only(
+    control_plane: ControlPlane, model_server: LocalModelServer, enroll, run_edge
+) -> None:
+    client = anthropic.AsyncAnthropic(
+        base_url=control_plane.http_url, api_key=control_plane.admin_key(), max_retries=0
+    )
+    store = await client.beta.memory_stores.create(name="User Notes", description="What the user told us.")
+    facts = await client.beta.memory_stores.create(name="facts")
+    await client.beta.memory_stores.memories.create(store.id, path="/notes.md", content="base\n")
+    await client.beta.memory_stores.memories.create(facts.id, path="/f.md", content="fixed\n")
+    agent = await client.beta.agents.create(
+        name="m", model="claude-sonnet-5-5", system="Be brief.", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = await client.beta.environments.create(name="e2e-memory", config={"type": "self_hosted"})
+    await run_edge(await enroll(environment.id))
+    session = await client.beta.sessions.create(
+        agent=agent.id,
+        environment_id=environment.id,
+        resources=[
+            {"type": "memory_store", "memory_store_id": store.id, "instructions": "Keep it short."},
+            {"type": "memory_store", "memory_store_id": facts.id, "access": "read_only"},
+        ],
+    )
+    mounted = {r.memory_store_id: r for r in session.resources if r.type == "memory_store"}
+    assert (
+        mounted[store.id].mount_path == "/mnt/memory/user-notes" and mounted[store.id].access == "read_write"
+    )
+    assert mounted[facts.id].mount_path == "/mnt/memory/facts" and mounted[facts.id].access == "read_only"
+    assert (
+        mounted[store.id].name == "User Notes" and mounted[store.id].description == "What the user told us."
+    )
+
+    results = await _run(
+        client,
+        session.id,
+        [
+            [
+                "bash",
+                {"command": "cat /mnt/memory/facts/f.md && echo hello >> /mnt/memory/user-notes/notes.md"},
+            ],
+            ["bash", {"command": "echo nope >> /mnt/memory/facts/f.md"}],
+            [
+                "bash",
+                {
+                    "command": "echo new > /mnt/memory/user-notes/sub.md"
+                    " && cat /mnt/memory/user-notes/notes.md"
+                },
+            ],
+        ],
+    )
+    assert [r.is_error for r in results] == [False, True, False], [_text(r) for r in results]
+    assert "fixed" in _text(results[0])
+    assert "Read-only file system" in _text(results[1])
+    assert "base\nhello" in _text(results[2])
+
+    memories = {m.path: m async for m in client.beta.memory_stores.memories.list(store.id)}
+    assert set(memories) == {"/notes.md", "/sub.md"}
+    notes = await client.beta.memory_stores.memories.retrieve(
+        memories["/notes.md"].id, memory_store_id=store.id
+    )
+    assert notes.content == "base\nhello\n"
+    versions = [
+        v async for v in client.beta.memory_stores.memory_versions.list(store.id, session_id=session.id)
+    ]
+    assert {v.operation for v in versions} == {"created", "modified"}
+    fixed = [m async for m in client.beta.memory_stores.memories.list(facts.id, view="full")]
+    assert [m.content for m in fixed] == ["fixed\n"]
+
+    # The model was told of the stores in its system prompt.
+    system = model_server.requests[-1].to_json()["body"]["system"]
+    text = "".join(block["text"] for block in system)
+    assert "/mnt/memory/user-notes (read-write)" in text and "Keep it short." in text
+    assert "/mnt/memory/facts (read-only)" in text
+    await client.beta.sessions.delete(session.id)
+    await client.close()
