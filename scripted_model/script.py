@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 StopReason: TypeAlias = Literal[
-    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal"
+    "end_turn", "max_tokens", "stop_sequence", "tool_use", "pause_turn", "refusal", "compaction"
 ]
 """The stop reasons a scripted turn may end with (a subset of the real API's)."""
 

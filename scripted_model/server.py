@@ -21,6 +21,14 @@ source, a :class:`~scripted_model.script.Script` or a responder callable. In ord
    content delta of an HTTP 200 stream;
 4. validation, else 400 ``invalid_request_error``; a script with no turns left also answers 400.
 
+A request with the ``compaction`` parameter (``{"type": "summarize"}``) is answered by the server
+itself, without taking a turn: one ``compaction`` block whose ``content`` is a deterministic summary
+(:func:`scripted_model.wire.compaction_summary`), ``stop_reason: "compaction"``.
+
+``POST /v1/messages/count_tokens`` answers ``{"input_tokens": n}`` with the same deterministic count
+the messages' ``usage`` reports (a quarter of the JSON size of system, messages and tools); its
+requests are recorded apart (:attr:`LocalModelServer.count_requests`).
+
 Timing: ``message_start`` (and the first ``content_block_start``) are sent at once, as the real API does;
 ``ttft_s`` is slept before the first ``content_block_delta`` and ``chunk_delay_s`` before each later one.
 A non-streaming response is sent after the same total delay.
@@ -164,6 +172,7 @@ class LocalModelServer:
         self._shutdown_timeout_s = shutdown_timeout_s
         self._keep_alive_s = keep_alive_s  # an idle kept-alive connection is closed after this
         self._requests: list[RecordedRequest] = []
+        self._count_requests: list[RecordedRequest] = []
         self._injected: deque[InjectedError] = deque()
         self._server: _EmbeddedServer | None = None
         self._task: asyncio.Task[None] | None = None
@@ -171,6 +180,7 @@ class LocalModelServer:
         self._app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
+                Route("/v1/messages/count_tokens", self._count_tokens, methods=["POST"]),
                 Route("/{path:path}", self._not_found, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             ]
         )
@@ -260,6 +270,11 @@ class LocalModelServer:
         return list(self._requests)
 
     @property
+    def count_requests(self) -> list[RecordedRequest]:
+        """Every request received on ``POST /v1/messages/count_tokens``, oldest first (a copy)."""
+        return list(self._count_requests)
+
+    @property
     def request_count(self) -> int:
         """How many requests were received on ``POST /v1/messages`` (including rejected ones)."""
         return len(self._requests)
@@ -325,6 +340,9 @@ class LocalModelServer:
         if problem is not None:
             return _error_response(400, "invalid_request_error", problem, request_id=request_id)
 
+        compaction = body.get("compaction")
+        if compaction is not None:
+            return self._compaction_response(record, body, compaction, request_id)
         try:
             turn = await self._next_turn(body, consume=injected is None)
         except ScriptExhausted as exc:
@@ -368,6 +386,49 @@ class LocalModelServer:
             self._paced(events),
             media_type="text/event-stream",
             headers={"request-id": request_id, "cache-control": "no-cache"},
+        )
+
+    def _compaction_response(
+        self, record: RecordedRequest, body: Mapping[str, Any], compaction: Any, request_id: str
+    ) -> Response:
+        """The answer to a compaction request: one ``compaction`` block (no turn is taken)."""
+        if not isinstance(compaction, Mapping) or compaction.get("type") != "summarize":
+            problem = "compaction.type: Input should be 'summarize'"
+            return _error_response(400, "invalid_request_error", problem, request_id=request_id)
+        if body.get("context_management") is not None:
+            problem = "compaction cannot be combined with context_management"
+            return _error_response(400, "invalid_request_error", problem, request_id=request_id)
+        summary = wire.compaction_summary(body["messages"])
+        block = {"type": "compaction", "content": summary, "signature": wire.signature_for(summary)}
+        message = wire.message_json(
+            [block],
+            message_id=wire.new_message_id(),
+            model=body["model"],
+            stop_reason="compaction",
+            stop_sequence=None,
+            input_tokens=wire.count_input_tokens(body),
+        )
+        if not record.stream:
+            return JSONResponse(message, headers={"request-id": request_id})
+        events = wire.stream_events(message, ping=self._ping)
+        return StreamingResponse(
+            self._paced(events),
+            media_type="text/event-stream",
+            headers={"request-id": request_id, "cache-control": "no-cache"},
+        )
+
+    async def _count_tokens(self, request: Request) -> Response:
+        body = _parse_json(await request.body())
+        self._count_requests.append(RecordedRequest(time.monotonic(), _redact(request.headers), body))
+        request_id = wire.new_request_id()
+        denied = self._authenticate(request.headers)
+        if denied is not None:
+            return _error_response(401, "authentication_error", denied, request_id=request_id)
+        problem = wire.validate_request({"max_tokens": 1, **body} if isinstance(body, Mapping) else body)
+        if problem is not None:
+            return _error_response(400, "invalid_request_error", problem, request_id=request_id)
+        return JSONResponse(
+            {"input_tokens": wire.count_input_tokens(body)}, headers={"request-id": request_id}
         )
 
     async def _not_found(self, request: Request) -> Response:

@@ -35,6 +35,7 @@ __all__ = [
     "SseEvent",
     "chunk_json",
     "chunk_text",
+    "compaction_summary",
     "count_input_tokens",
     "count_output_tokens",
     "cut_with_error",
@@ -158,6 +159,22 @@ def count_input_tokens(body: Mapping[str, Any]) -> int:
     return max(1, len(json.dumps(prompt, ensure_ascii=False)) // 4)
 
 
+def compaction_summary(messages: Sequence[Any]) -> str:
+    """The deterministic summary of a compaction request: how much it covered and the start of
+    the first user text."""
+    texts: list[str] = []
+    chars = 0
+    for message in messages:
+        content = message.get("content") if isinstance(message, Mapping) else None
+        chars += len(json.dumps(content, ensure_ascii=False))
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content or []
+        for block in blocks:
+            if isinstance(block, Mapping) and block.get("type") == "text" and block.get("text"):
+                texts.append(str(block["text"]))
+    first = texts[0][:200] if texts else ""
+    return f"Compacted {len(messages)} messages ({chars} characters). The conversation began: {first}"
+
+
 def count_output_tokens(content: Sequence[Mapping[str, Any]]) -> int:
     """A plausible output token count: a quarter of the generated characters, at least 1."""
     chars = 0
@@ -171,6 +188,8 @@ def count_output_tokens(content: Sequence[Mapping[str, Any]]) -> int:
             chars += len(block["thinking"])
         elif kind == "redacted_thinking":
             chars += len(block["data"])
+        elif kind == "compaction":
+            chars += len(block.get("content") or "")
     return max(1, chars // 4)
 
 

@@ -105,7 +105,10 @@ TABLES: tuple[Table, ...] = (
             "model_base_url": "`ANTHROPIC_BASE_URL`",
             "model_api_key_file": "`ANTHROPIC_API_KEY_FILE`",
         },
-        computed_defaults={"harness.model_prices": "Anthropic's list prices (see Model prices)"},
+        computed_defaults={
+            "harness.model_prices": "Anthropic's list prices (see Model prices)",
+            "harness.context_windows": "200,000 for every model of Model prices (see Context windows)",
+        },
     ),
 )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from control_plane.harness.context_window import default_context_windows, window_for
 from control_plane.sessions.usage import ModelPrice, default_model_prices, price_for
 
 __all__ = ["HarnessConfig"]
@@ -97,6 +98,42 @@ class HarnessConfig(BaseModel):
         "(`model_not_budgetable`).",
     )
 
+    # -- context beyond the window (control_plane/harness/context_window.py, compaction.py) --------
+    context_windows: dict[str, int] = Field(
+        default_factory=default_context_windows,
+        description="Context windows per model id (tokens). A request's budget is its model's window minus "
+        "`max_tokens` minus `context_margin_tokens`; past it the harness compacts. A dated id falls back to "
+        "its undated row. Setting it replaces the shipped table.",
+    )
+    context_window_default_tokens: int = Field(
+        100_000,
+        ge=1,
+        description="The context window assumed for a model not in `context_windows` (conservative).",
+    )
+    context_margin_tokens: int = Field(
+        4096,
+        ge=0,
+        description="Tokens kept free below the window besides `max_tokens` (the estimate's error).",
+    )
+    compaction_api_models: tuple[str, ...] = Field(
+        (),
+        description="Models whose endpoint implements the Messages API's `compaction` request parameter "
+        "(beta `compact-2026-09-04`): they compact with it; other models get an ordinary summarization "
+        "request. A dated id falls back to its undated entry.",
+    )
+    count_tokens: bool = Field(
+        True,
+        description="Near the budget, count a request exactly with `POST /v1/messages/count_tokens` "
+        "(skipped once the endpoint answers 404); otherwise the estimate calibrated from the last reply's "
+        "usage decides.",
+    )
+    compaction_max_in_a_row: int = Field(
+        3,
+        ge=1,
+        description="Compactions in a row without a model reply before the turn stops with "
+        "`compaction_limit_reached_error`.",
+    )
+
     @model_validator(mode="after")
     def _check_backoff(self) -> HarnessConfig:
         if self.model_backoff_max_s < self.model_backoff_initial_s:
@@ -106,6 +143,15 @@ class HarnessConfig(BaseModel):
     def price_of(self, model: str) -> ModelPrice | None:
         """The list price of ``model`` (``None``: not in ``model_prices``)."""
         return price_for(self.model_prices, model)
+
+    def context_budget(self, model: str) -> int:
+        """The most input tokens a request of ``model`` may hold (at least 1)."""
+        window = window_for(self.context_windows, model) or self.context_window_default_tokens
+        return max(1, window - self.max_tokens - self.context_margin_tokens)
+
+    def compaction_api(self, model: str) -> bool:
+        """Whether ``model``'s endpoint takes the ``compaction`` request parameter."""
+        return window_for(dict.fromkeys(self.compaction_api_models, 1), model) is not None
 
     def backoff_s(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1-based) of a failed model request."""

@@ -55,6 +55,7 @@ from control_plane.errors import (
 )
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.harness.compaction import compaction_events, counted_over_budget
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState
 from control_plane.harness.lease import LeaseKeeper
@@ -248,6 +249,12 @@ class SessionDriver:
                 except _Interrupted:
                     continue  # the next decision ends the turn
                 decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock(), offer)
+            # Context window (compaction.py): near the budget, count the request exactly.
+            call = decision.effect
+            if isinstance(call, CallModel) and await counted_over_budget(
+                self._ctx.model, self._ctx.config, self._agent.model, self._state, call.request
+            ):
+                decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock(), call.mcp)
             if decision.idle:
                 log.debug("session %s: %s", self._sid, decision.reason)
                 break
@@ -364,6 +371,9 @@ class SessionDriver:
     async def _call_model(self, call: CallModel, start_id: str) -> None:
         """The span start is already in the log (appended with the decision)."""
         assert self._agent is not None
+        if call.compaction is not None:  # context window (compaction.py)
+            await self._compact(call, start_id)
+            return
         usage_before = dict(self._state.usage)
         ids: dict[int, str] = {}
         on_stream = self._on_stream(ids)
@@ -415,6 +425,35 @@ class SessionDriver:
             call.mcp,
             price=self._ctx.config.price_of(self._agent.model),
             budget=self._state.budget,
+        )
+        await self._append(drafts)
+        self._usage_due = drafts[-1].payload["usage"]
+
+    async def _compact(self, call: CallModel, start_id: str) -> None:
+        """A compaction request; its outcome is appended at once, as a model turn's (compaction.py)."""
+        assert self._agent is not None and call.compaction is not None
+        usage_before = dict(self._state.usage)
+        try:
+            message = await self._interruptible(self._ctx.model.stream(call.request, lambda item: None))
+        except _Interrupted:
+            return  # the next step closes the span and ends the turn
+        except ModelError as exc:
+            log.warning(
+                "session %s: compaction request failed (attempt %d): %s", self._sid, call.attempt, exc
+            )
+            drafts = model_failure_events(
+                attempt=call.attempt,
+                config=self._ctx.config,
+                error_type=exc.error_type,
+                message=exc.message,
+                retryable=exc.retryable,
+                start_id=start_id,
+            )
+            await self._append_with_status(drafts)
+            return
+        price = self._ctx.config.price_of(self._agent.model)
+        drafts = compaction_events(
+            call.compaction, message, start_id, usage_before, price=price, budget=self._state.budget
         )
         await self._append(drafts)
         self._usage_due = drafts[-1].payload["usage"]

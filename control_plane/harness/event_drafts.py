@@ -38,6 +38,7 @@ __all__ = [
     "AGENT_MCP_TOOL_USE",
     "AGENT_MESSAGE",
     "AGENT_THINKING",
+    "AGENT_THREAD_CONTEXT_COMPACTED",
     "AGENT_TOOL_RESULT",
     "AGENT_TOOL_USE",
     "INPUT_TYPES",
@@ -101,6 +102,7 @@ AGENT_TOOL_RESULT = "agent.tool_result"
 AGENT_CUSTOM_TOOL_USE = "agent.custom_tool_use"
 AGENT_MCP_TOOL_USE = "agent.mcp_tool_use"
 AGENT_MCP_TOOL_RESULT = "agent.mcp_tool_result"
+AGENT_THREAD_CONTEXT_COMPACTED = "agent.thread_context_compacted"
 SESSION_STATUS_RUNNING = "session.status_running"
 SESSION_STATUS_IDLE = "session.status_idle"
 SESSION_STATUS_RESCHEDULED = "session.status_rescheduled"

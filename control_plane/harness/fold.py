@@ -26,6 +26,8 @@ The conversation sent to the model is rebuilt from the log alone:
   and ``budget_reached`` every queued input is folded in that way ("queued inputs flushed"). Tool
   uses of an ended turn that never got an answer are answered, for the model, with a synthesized
   error result;
+* an ``agent.thread_context_compacted`` replaces the messages it summarized with one message holding
+  its summary (:mod:`~control_plane.harness.context_window`; the log keeps them);
 * the session's ``budget`` is the one it was created with (given to :func:`fold`) until a
   ``session.updated`` carrying ``budget`` replaces it (``null``: removed).
 """
@@ -41,6 +43,7 @@ from typing import Any
 
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.harness.context_window import ContextState, compacted_messages
 from control_plane.sessions.usage import Budget
 
 __all__ = ["Answer", "SessionState", "ToolUse", "build_request", "fold"]
@@ -103,6 +106,7 @@ class SessionState:
     sandbox_used: bool = False  # an agent.tool_result exists (a sandbox was made at some point)
     mcp_down: set[str] = field(default_factory=set)  # MCP servers reported unavailable this turn
     budget: Budget | None = None  # the session's spend ceiling (None: uncapped)
+    context: ContextState = field(default_factory=ContextState)  # the context window (context_window.py)
     last_seq: int = 0
     _tools: dict[str, ToolUse] = field(default_factory=dict)
     _tool_events: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -196,6 +200,7 @@ class SessionState:
     def _span_start(self, event: ev.LogEvent) -> None:
         self.open_span = event.id
         self._commit_staged()
+        self.context.request_started()  # context window: the size of what this request sent
 
     def _span_end(self, event: ev.LogEvent) -> None:
         payload = event.payload
@@ -213,6 +218,7 @@ class SessionState:
             return
         self.model_due = False
         self.failures = 0
+        self.context.replied(usage)  # context window: calibrate the estimate
         stop_reason = message.get("stop_reason")
         self.last_stop_reason = stop_reason if isinstance(stop_reason, str) else None
         content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
@@ -237,6 +243,12 @@ class SessionState:
             )
             self.open_tools.append(tool)
             self._tools[event_id] = tool
+
+    def _compacted(self, event: ev.LogEvent) -> None:
+        """Context window: later requests start from the summary (context_window.py)."""
+        messages = compacted_messages(self.messages, event.payload)
+        self.context.compacted_to(messages, messages is not self.messages)
+        self.messages = messages
 
     def _updated(self, event: ev.LogEvent) -> None:
         if "budget" in event.payload:
@@ -297,6 +309,7 @@ class SessionState:
     def _push(self, role: str, blocks: list[dict[str, Any]]) -> None:
         if not blocks:
             return
+        self.context.pushed(blocks)
         if self.messages and self.messages[-1]["role"] == role:
             self.messages[-1]["content"].extend(blocks)
         else:
@@ -342,6 +355,7 @@ _HANDLERS = {
     ev.USER_TOOL_CONFIRMATION: SessionState._confirmation,
     ev.SESSION_ERROR: SessionState._error,
     ev.SESSION_UPDATED: SessionState._updated,
+    ev.AGENT_THREAD_CONTEXT_COMPACTED: SessionState._compacted,
 }
 
 

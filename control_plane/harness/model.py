@@ -151,6 +151,8 @@ class AnthropicModelClient:
             raise ValueError("max_connections must be at least 1")
         base = base_url or os.environ.get("ANTHROPIC_BASE_URL") or DEFAULT_BASE_URL
         self._url = base.rstrip("/") + "/v1/messages"
+        self._count_url = self._url + "/count_tokens"
+        self._can_count = True  # False once the endpoint answered 404 to count_tokens
         self._headers = {
             "anthropic-version": API_VERSION,
             "content-type": "application/json",
@@ -188,9 +190,10 @@ class AnthropicModelClient:
         self, request: Mapping[str, Any], on_event: Callable[[StreamEvent], None]
     ) -> dict[str, Any]:
         body = json.dumps({**request, "stream": True}, ensure_ascii=False).encode()
+        headers = _with_betas(self._headers, request)
         try:
             async with self._client().post(
-                self._url, data=body, headers=self._headers, allow_redirects=False
+                self._url, data=body, headers=headers, allow_redirects=False
             ) as response:
                 if response.status != 200:
                     text = await response.content.read(_ERROR_BODY_BYTES)
@@ -208,11 +211,51 @@ class AnthropicModelClient:
         except ValueError as exc:  # a malformed stream
             raise ModelRetryableError(UNKNOWN, f"the model's stream could not be read: {exc}") from exc
 
+    async def count_tokens(self, request: Mapping[str, Any]) -> int | None:
+        """``POST /v1/messages/count_tokens`` for ``request`` (without ``max_tokens``): its input
+        tokens; ``None`` when the endpoint does not count (404, remembered). Raises :class:`ModelError`."""
+        if not self._can_count:
+            return None
+        fields = {k: v for k, v in request.items() if k not in ("max_tokens", "stream")}
+        body = json.dumps(fields, ensure_ascii=False).encode()
+        headers = {**_with_betas(self._headers, request), "accept": "application/json"}
+        try:
+            async with self._client().post(
+                self._count_url, data=body, headers=headers, allow_redirects=False
+            ) as response:
+                text = await response.content.read(_ERROR_BODY_BYTES)
+                if response.status == 404:
+                    self._can_count = False
+                    return None
+                if response.status != 200:
+                    raise error_for_status(response.status, text)
+                tokens = json.loads(text).get("input_tokens")
+                return tokens if isinstance(tokens, int) else None
+        except ModelError:
+            raise
+        except (TimeoutError, aiohttp.ClientError, OSError, ValueError, AttributeError) as exc:
+            raise ModelRetryableError(REQUEST_FAILED, f"cannot count tokens: {_describe(exc)}") from exc
+
     async def close(self) -> None:
         self._closed = True
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+
+#: The beta a request with the ``compaction`` parameter needs.
+COMPACTION_BETA = "compact-2026-09-04"
+
+
+def _with_betas(headers: Mapping[str, str], request: Mapping[str, Any]) -> Mapping[str, str]:
+    """``headers``, plus ``anthropic-beta`` for the betas ``request`` uses: the ``compaction``
+    parameter, or a ``compaction`` block (sent first, where the harness puts it)."""
+    messages = request.get("messages") or [{}]
+    first = messages[0].get("content") if isinstance(messages[0], Mapping) else None
+    block = first[0] if isinstance(first, list) and first else None
+    if "compaction" not in request and not (isinstance(block, Mapping) and block.get("type") == "compaction"):
+        return headers
+    return {**headers, "anthropic-beta": COMPACTION_BETA}
 
 
 def _describe(exc: BaseException) -> str:

@@ -33,6 +33,8 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
    so far (priced with ``config.model_prices``) reached it, or its model has no price: then the
    turn ends with ``session.status_idle`` ``budget_reached`` (queued inputs are flushed into the
    conversation, see ``fold``) and the model is not called again until an update raises the budget;
+   a request over its model's context budget is cut, replaced by a compaction request, or ends the
+   turn with ``compaction_limit_reached_error`` (:mod:`~control_plane.harness.compaction`);
 6. tool uses of the latest assistant message: policy- or user-denied calls get error results,
    runnable ones (toolset and MCP) are dispatched one at a time in block order (an
    ``agent.mcp_tool_use`` left without a result by a crash is dispatched again with the same
@@ -46,12 +48,13 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.harness.compaction import CompactionPlan, Fitted, fit_request
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
 from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
@@ -93,6 +96,7 @@ class CallModel:
     first_of_turn: bool = False
     provision: bool = False
     mcp: McpOffer | None = None  # the MCP tools in ``request`` (None: none were offered)
+    compaction: CompactionPlan | None = None  # a compaction request (context window: compaction.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,7 +278,15 @@ def _model_decision(
     if s.budget is not None and s.budget.reached(s.usage, config.price_of(agent.model)):
         return Decision((*appends, ev.status_idle("budget_reached")), reason="budget reached")
     errors = unavailable_server_events(mcp, s.mcp_down)
-    return Decision(appends + errors, _call_model(agent, s, config, mcp), reason=reason)
+    call = _call_model(agent, s, config, mcp)
+    # Context beyond the window (compaction.py): send as is, cut, compact, or stop at the limit.
+    fitted = fit_request(agent, s, config, call.request)
+    if not isinstance(fitted, Fitted):
+        return Decision(appends + errors + fitted, reason="compaction limit reached")
+    if fitted.compaction is not None:
+        call = replace(call, request=fitted.request, compaction=fitted.compaction, provision=False)
+        reason = "compact the context"
+    return Decision(appends + errors, call, reason=reason)
 
 
 def _call_model(agent: AgentSpec, s: SessionState, config: HarnessConfig, mcp: McpOffer | None) -> CallModel:

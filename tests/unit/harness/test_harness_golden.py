@@ -27,13 +27,16 @@ from harness_logs import (
     SESSION,
     TICKETS_TOOLS,
     Log,
+    message,
     text,
     tool_use,
 )
 
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
+from control_plane.harness.compaction import CompactionPlan, compaction_events
 from control_plane.harness.config import HarnessConfig
+from control_plane.harness.fold import fold
 from control_plane.harness.mcp_offer import McpOffer, build_offer
 from control_plane.harness.step import (
     CallModel,
@@ -214,6 +217,52 @@ BUDGETS: dict[str, Budget] = {
 }
 
 
+# -- context beyond the window (a small budget, recorded in the golden file as ``config``) --------
+# The agent's system prompt and tools take ~660 tokens; a budget of 2,000 tokens is outgrown by two
+# tool results of 3,000 characters (the logs' replies report 100 input tokens: the calibrated
+# ratio is clamped at 4 characters per token).
+CONTEXT_CONFIG: dict[str, Any] = {"context_windows": {"claude-test": 2000 + 1024}, "context_margin_tokens": 0}
+
+
+def _two_long_results(log: Log) -> None:
+    log.user("Read the logs.")
+    log.running()
+    for name in ("a", "b"):
+        ids = log.model([tool_use(f"toolu_{name}", "bash", {"command": f"cat {name}.log"})], "tool_use")
+        log.result(ids[0], f"{name}.log: " + "x" * 3000)
+
+
+def _context_compaction_after(log: Log) -> None:
+    _two_long_results(log)
+    start = log.add(ev.SPAN_MODEL_REQUEST_START)
+    reply = message([text("Summary: a.log holds 3000 x.")], "end_turn", output_tokens=9)
+    for draft in compaction_events(CompactionPlan(3, api=False), reply, start, fold(log.events).usage):
+        log.draft(draft)
+
+
+def _context_tool_result_cut(log: Log) -> None:
+    log.user("Read the log.")
+    log.running()
+    ids = log.model([tool_use("toolu_a", "bash", {"command": "cat a.log"})], "tool_use")
+    log.result(ids[0], "a.log: " + "x" * 12_000)
+
+
+def _context_limit_reached(log: Log) -> None:
+    log.user("y " * 5000)
+
+
+CONTEXT_SCENARIOS: dict[str, Callable[[Log], None]] = {
+    "context_over_budget_compacts": _two_long_results,
+    "context_over_budget_compaction_api": _two_long_results,
+    "context_after_compaction_next_call": _context_compaction_after,
+    "context_tool_result_cut": _context_tool_result_cut,
+    "context_limit_reached": _context_limit_reached,
+}
+CONTEXT_CONFIGS: dict[str, dict[str, Any]] = {name: dict(CONTEXT_CONFIG) for name in CONTEXT_SCENARIOS} | {
+    "context_over_budget_compaction_api": CONTEXT_CONFIG | {"compaction_api_models": ["claude-test"]}
+}
+
+
 # -- MCP scenarios (the MCP agent; the servers' listings are part of the golden file) -------------
 MCP_LISTINGS = [TICKETS_TOOLS, DOCS_DOWN]
 
@@ -288,6 +337,7 @@ SCENARIOS: dict[str, Callable[[Log], None]] = {
     "budget_reached_queued_input": _budget_reached_queued_input,
     "budget_raised_continues": _budget_raised_continues,
     **MCP_SCENARIOS,
+    **CONTEXT_SCENARIOS,
 }
 
 
@@ -301,6 +351,11 @@ def decision_json(decision: Decision) -> dict[str, Any]:
             "provision": decision.effect.provision,
             "request": decision.effect.request,
         }
+        if decision.effect.compaction is not None:
+            effect["compaction"] = {
+                "messages": decision.effect.compaction.messages,
+                "api": decision.effect.compaction.api,
+            }
     elif isinstance(decision.effect, DispatchTool):
         effect = {
             "kind": "dispatch_tool",
@@ -358,7 +413,8 @@ def _record(name: str) -> dict[str, Any]:
     SCENARIOS[name](log)
     offer = build_offer(agent, MCP_LISTINGS) if mcp else None
     budget = BUDGETS.get(name)
-    decision = step(agent, log.events, CONFIG, log.now, offer, budget)
+    config = CONFIG.model_copy(update=CONTEXT_CONFIGS.get(name, {}))
+    decision = step(agent, log.events, config, log.now, offer, budget)
     recorded: dict[str, Any] = {
         "scenario": name,
         "agent": agent_json,
@@ -373,6 +429,8 @@ def _record(name: str) -> dict[str, Any]:
         recorded["mcp_listings"] = listings_json(MCP_LISTINGS)
     if budget is not None:
         recorded["budget"] = budget.to_json()
+    if name in CONTEXT_CONFIGS:
+        recorded["config"] = CONTEXT_CONFIGS[name]
     return recorded
 
 
@@ -398,7 +456,8 @@ def test_golden_log(name: str) -> None:
         build_offer(agent, listings_from_json(golden["mcp_listings"])) if "mcp_listings" in golden else None
     )
     budget = Budget.from_json(golden.get("budget"))
-    decision = step(agent, events, CONFIG, datetime.fromisoformat(golden["now"]), offer, budget)
+    config = CONFIG.model_copy(update=golden.get("config", {}))
+    decision = step(agent, events, config, datetime.fromisoformat(golden["now"]), offer, budget)
     assert decision_json(decision) == golden["expected"]
 
 
