@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control_plane.agents.configuration import agent_tool_settings
+from control_plane.harness.skills_prompt import SkillOffer, parse_skill_offers, skills_section
 
 __all__ = [
     "AUTO_ALLOWED_TOOLS",
@@ -204,12 +205,13 @@ class AgentSpec:
     toolset: tuple[ToolsetTool, ...] = ()
     custom: tuple[CustomTool, ...] = ()
     mcp_servers: tuple[McpServerSpec, ...] = ()
+    skills: tuple[SkillOffer, ...] = ()  # offered in the system prompt (skills_prompt)
 
     @classmethod
-    def from_json(cls, agent: Mapping[str, Any]) -> AgentSpec:
+    def from_json(cls, agent: Mapping[str, Any], skill_offers: Any = None) -> AgentSpec:
         """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
-        resolved by ``control_plane.agents.configuration``). Raises ``ValueError`` when there is
-        no model id or the tools are not in the resolved form."""
+        resolved by ``control_plane.agents.configuration``) and the session's ``skill_offers``.
+        Raises ``ValueError`` when there is no model id or the tools are not in the resolved form."""
         model = agent.get("model")
         model_id = model.get("id") if isinstance(model, Mapping) else model
         if not isinstance(model_id, str) or not model_id:
@@ -238,6 +240,7 @@ class AgentSpec:
             toolset=tuple(ToolsetTool(name, policies[name]) for name in TOOLSET_ORDER if name in policies),
             custom=tuple(custom),
             mcp_servers=_mcp_servers(agent.get("mcp_servers"), raw_tools),
+            skills=parse_skill_offers(skill_offers),
         )
 
     @property
@@ -287,10 +290,14 @@ class AgentSpec:
         return tools
 
     def system_param(self) -> list[dict[str, Any]] | None:
-        """The ``system`` blocks (one, with ``cache_control``), or ``None`` without a prompt."""
-        if self.system is None:
+        """The ``system`` blocks (the agent's prompt, then the skills section: both fixed for the
+        session; ``cache_control`` on the last), or ``None`` without either."""
+        texts = [text for text in (self.system, skills_section(self.skills)) if text is not None]
+        if not texts:
             return None
-        return [{"type": "text", "text": self.system, "cache_control": {"type": "ephemeral"}}]
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text} for text in texts]
+        blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        return blocks
 
 
 def _mcp_servers(servers: Any, tools: Sequence[Mapping[str, Any]]) -> tuple[McpServerSpec, ...]:

@@ -219,7 +219,7 @@ class SessionDriver:
         if body is None:
             return
         try:
-            self._agent = AgentSpec.from_json(body.get("agent") or {})
+            self._agent = AgentSpec.from_json(body.get("agent") or {}, body.get("skill_offers"))
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
             return
