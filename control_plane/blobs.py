@@ -1,4 +1,4 @@
-"""Blob storage: opaque byte strings the control plane keeps beside the store (files, later skills).
+"""Blob storage: opaque byte strings the control plane keeps beside the store (files, skills).
 
 The store holds documents (``Resources``); bytes too large for a document go here, and the document
 keeps the blob's :class:`BlobInfo` (its key, size and sha256). A :class:`BlobStore` takes a blob

@@ -10,6 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from control_plane.files import DEFAULT_MAX_FILE_BYTES
 from control_plane.harness.config import HarnessConfig
 from control_plane.retention import RetentionConfig
+from control_plane.skills.archive import DEFAULT_MAX_FILE_BYTES as DEFAULT_MAX_SKILL_FILE_BYTES
+from control_plane.skills.archive import DEFAULT_MAX_FILES
+from control_plane.skills.archive import DEFAULT_MAX_TOTAL_BYTES as DEFAULT_MAX_SKILL_BYTES
 from control_plane.store.options import StoreOptions
 from outpost_wire.addresses import AddressPolicy
 
@@ -191,6 +194,24 @@ class ControlPlaneConfig(BaseModel):
         description="The largest file `POST /v1/files` takes (413 `request_too_large` past it, found as the "
         "upload streams to `<data_dir>/blobs`, never held in memory); the hosted API's cap, 500 MiB, by "
         "default.",
+    )
+    skill_max_bytes: int = Field(
+        DEFAULT_MAX_SKILL_BYTES,
+        ge=1024,
+        description="The largest skill upload (`POST /v1/skills`, `.../versions`): all its files together, "
+        "uncompressed (413 `request_too_large` past it; an uploaded archive counts inflated); the hosted "
+        "API's cap, 8 MiB, by default.",
+    )
+    skill_max_file_bytes: int = Field(
+        DEFAULT_MAX_SKILL_FILE_BYTES,
+        ge=1024,
+        description="The largest single file of a skill upload (413 `request_too_large` past it).",
+    )
+    skill_max_files: int = Field(
+        DEFAULT_MAX_FILES,
+        ge=1,
+        le=100_000,
+        description="The most files a skill upload may hold (400 past it).",
     )
     http_body_timeout_s: float = Field(
         30.0,

@@ -51,6 +51,7 @@ from control_plane.outbound import OutboundGuard
 from control_plane.retention import Pruner
 from control_plane.sessions.memory_resources import memory_mounts
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_session_resources, to_wire
+from control_plane.skills import SkillLimits
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
 from control_plane.tunnel import (
@@ -242,6 +243,11 @@ class ControlPlane:
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
                     max_file_bytes=cfg.max_file_bytes,
+                    skill_limits=SkillLimits(
+                        max_files=cfg.skill_max_files,
+                        max_file_bytes=cfg.skill_max_file_bytes,
+                        max_total_bytes=cfg.skill_max_bytes,
+                    ),
                     body_timeout_s=cfg.http_body_timeout_s,
                     metrics_public=cfg.metrics_public,
                     key_cache_ttl_s=cfg.api_key_cache_ttl_s,

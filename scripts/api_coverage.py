@@ -183,8 +183,7 @@ async def _skill_create(b: Beta, ids: Ids) -> Any:
     result = await b.skills.create(display_name="coverage", files=[("coverage/SKILL.md", SKILL_MD)])
     skill = await parse(result)
     ids["skill_id"] = skill.id
-    if getattr(skill, "latest_version", None):
-        ids["version"] = skill.latest_version
+    ids["version"] = skill.latest_version_id
     return result
 
 
@@ -295,7 +294,6 @@ def _plan() -> dict[str, Call]:  # one table, read top to bottom
         "skills.versions.create": keep(
             "version",
             lambda b, i: b.skills.versions.create(i["skill_id"], files=[("coverage/SKILL.md", SKILL_MD)]),
-            "version",
         ),
         "skills.versions.retrieve": lambda b, i: b.skills.versions.retrieve(
             i["version"], skill_id=i["skill_id"]

@@ -8,6 +8,11 @@ of whatever is current (retried a few times, then :class:`Conflict`). Lists are 
 changes nothing makes no new version. An archived agent takes no update (nor new sessions, which
 :class:`~control_plane.sessions.service.SessionService` checks).
 
+``skills`` are checked against the skill store (:class:`~control_plane.skills.SkillCatalog`) on
+create and update: a custom skill that does not exist at the version named is a 400 naming it,
+and Anthropic's own skills are refused (Outpost has none). :meth:`AgentService.pin_skills` pins
+``latest`` to a version id when a session starts.
+
 A package of its own, not a module of ``sessions/``: agents are a resource family with their own
 routes, and ``sessions/`` only reads them (a session snapshots its agent). The configuration's
 parts and their resolution stay in :mod:`control_plane.agents.configuration`, which both use.
@@ -31,10 +36,11 @@ from control_plane.agents.configuration import (
     resolve_tools,
     stored_tool_params,
 )
-from control_plane.errors import Conflict, InvalidRequest, VersionConflict
+from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
 from control_plane.metadata import apply_metadata_patch, check_metadata
 from control_plane.outbound import OutboundGuard
 from control_plane.patch import Keep
+from control_plane.skills import LATEST, SkillCatalog
 from control_plane.store.base import Page, Resource, Resources
 
 __all__ = ["AgentService", "new_agent_id"]
@@ -47,14 +53,21 @@ def new_agent_id() -> str:
 
 
 class AgentService:
-    """``outbound``: the check of direct MCP server URLs (default: no private networks)."""
+    """``outbound``: the check of direct MCP server URLs (default: no private networks).
+    ``skills``: where the skills agents name are looked up (default: the skills in ``store``)."""
 
     def __init__(
-        self, store: Resources, clock: Callable[[], datetime], *, outbound: OutboundGuard | None = None
+        self,
+        store: Resources,
+        clock: Callable[[], datetime],
+        *,
+        outbound: OutboundGuard | None = None,
+        skills: SkillCatalog | None = None,
     ) -> None:
         self._store = store
         self._clock = clock
         self._outbound = outbound or OutboundGuard()
+        self._skills = skills or SkillCatalog(store)
 
     async def create(self, command: CreateAgent) -> Resource:
         _refuse_multiagent(command.multiagent)
@@ -66,7 +79,7 @@ class AgentService:
             "system": command.system or None,
             "tools": resolve_tools(command.tools, servers),
             "mcp_servers": servers,
-            "skills": resolve_skills(command.skills),
+            "skills": await self._checked_skills(resolve_skills(command.skills)),
             "metadata": check_metadata(dict(command.metadata)),
             "execution_identity": resolve_execution_identity(command.execution_identity),
             "multiagent": None,
@@ -107,6 +120,8 @@ class AgentService:
             if command.version is not None and command.version != current.version:
                 raise VersionConflict("agent", agent_id, command.version, current.version)
             new = self._updated_body(current.body, command)
+            if not isinstance(command.skills, Keep):
+                await self._checked_skills(new["skills"])
             if new == current.body:
                 return current
             try:
@@ -125,6 +140,43 @@ class AgentService:
     async def versions(self, agent_id: str, *, limit: int, cursor: str | None) -> Page:
         """The agent's versions, a page at a time."""
         return await self._store.list_resource_versions("agent", agent_id, limit=limit, cursor=cursor)
+
+    async def _checked_skills(self, skills: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``skills`` (resolved) if every one exists at the version it names; else a 400 naming it."""
+        await self.pin_skills(skills)
+        return skills
+
+    async def pin_skills(
+        self, skills: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The skills (resolved) with each version pinned (``latest`` made the version id it is
+        now), and what the model is offered of each: ``{skill_id, version, name, description}``.
+        A skill or version that does not exist, or one of Anthropic's own skills (Outpost has
+        none), is a 400 naming it."""
+        pinned: list[dict[str, Any]] = []
+        offers: list[dict[str, Any]] = []
+        for index, skill in enumerate(skills):
+            where = f"skills[{index}]"
+            if skill["type"] == "anthropic":
+                raise InvalidRequest(
+                    f"{where}: Anthropic's own skills ({skill['skill_id']!r}) are not available in Outpost; "
+                    "upload the skill's directory (client.beta.skills.create) and name it with type 'custom'",
+                    param="skills",
+                )
+            try:
+                version = await self._skills.version(skill["skill_id"], skill.get("version") or LATEST)
+            except NotFound as exc:
+                raise InvalidRequest(f"{where}: {exc}", param="skills") from None
+            pinned.append({**skill, "version": version.id})
+            offers.append(
+                {
+                    "skill_id": skill["skill_id"],
+                    "version": version.id,
+                    "name": version.body["name"],
+                    "description": version.body["description"],
+                }
+            )
+        return pinned, offers
 
     def _updated_body(self, current: dict[str, Any], command: UpdateAgent) -> dict[str, Any]:
         """``current`` with the fields ``command`` sets (tools resolved again in any case)."""

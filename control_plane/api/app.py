@@ -44,6 +44,8 @@ from control_plane.api.operations import operations_router
 from control_plane.api.session_events import events_router
 from control_plane.api.session_resources import session_resources_router
 from control_plane.api.sessions import sessions_router
+from control_plane.api.skill_routes import skills_router
+from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
@@ -61,6 +63,7 @@ from control_plane.session_runner import SessionRunner
 from control_plane.sessions.repository_tokens import RepositoryTokens
 from control_plane.sessions.service import SessionService
 from control_plane.sessions.usage import ModelPrice
+from control_plane.skills import SkillLimits, SkillService
 from control_plane.store.base import Store
 from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
@@ -79,6 +82,7 @@ class ApiConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES  # larger request bodies get a 413
     max_content_body_bytes: int = DEFAULT_MAX_CONTENT_BODY_BYTES  # the same, for routes with content
     max_file_bytes: int = DEFAULT_MAX_FILE_BYTES  # an uploaded file's cap (413 past it)
+    skill_limits: SkillLimits = field(default_factory=SkillLimits)  # a skill upload's caps
     body_timeout_s: float = DEFAULT_BODY_TIMEOUT_S  # a body that stops arriving this long: 408
     stream_ping_interval_s: float = 15.0  # keep-alive frames on idle event streams
     stream_max_per_key: int = 200  # open event streams per API key (429 past it)
@@ -177,6 +181,22 @@ def _file_service(services: ApiServices) -> FileService | None:
     return FileService(services.store, services.blobs, services.clock, max_file_bytes=max_bytes)
 
 
+def _upload_max_body_bytes(config: ApiConfig) -> int:
+    """The body cap of the upload routes: the larger of a file's and a skill's (each route counts
+    its own bytes against its own cap as they arrive)."""
+    skill = config.skill_limits
+    skill_body = (
+        skill.max_total_bytes + skill.max_files * SKILL_PART_OVERHEAD_BYTES + MULTIPART_OVERHEAD_BYTES
+    )
+    return max(config.max_file_bytes + MULTIPART_OVERHEAD_BYTES, skill_body)
+
+
+def _skill_service(services: ApiServices) -> SkillService | None:
+    if services.blobs is None:
+        return None
+    return SkillService(services.store, services.blobs, services.clock, limits=services.config.skill_limits)
+
+
 def create_app(services: ApiServices) -> FastAPI:
     app = FastAPI(title="Outpost", version=SOFTWARE_VERSION, docs_url=None, redoc_url=None)
     install_error_handlers(app)
@@ -184,7 +204,7 @@ def create_app(services: ApiServices) -> FastAPI:
         BodyLimitMiddleware,
         max_body_bytes=services.config.max_body_bytes,
         content_max_body_bytes=services.config.max_content_body_bytes,
-        upload_max_body_bytes=services.config.max_file_bytes + MULTIPART_OVERHEAD_BYTES,
+        upload_max_body_bytes=_upload_max_body_bytes(services.config),
         body_timeout_s=services.config.body_timeout_s,
     )
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
@@ -233,6 +253,9 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     )
     authed.include_router(
         files_router(_file_service(services)), dependencies=[Depends(unscoped_writes("changing files"))]
+    )
+    authed.include_router(
+        skills_router(_skill_service(services)), dependencies=[Depends(unscoped_writes("changing skills"))]
     )
     authed.include_router(api_keys_router(ApiKeyService(store, clock, forget=keys.forget)))
     authed.include_router(

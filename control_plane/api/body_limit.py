@@ -52,8 +52,13 @@ def is_content_route(method: str, path: str) -> bool:
 
 
 def is_upload_route(method: str, path: str) -> bool:
-    """Routes whose bodies are uploads (a file, multipart), streamed to disk by the route."""
-    return method == "POST" and path == "/v1/files"
+    """Routes whose bodies are uploads (multipart) whose routes count the bytes against their own
+    caps: a file (streamed to disk) and a skill's files (``/v1/skills``, ``.../versions``)."""
+    if method != "POST":
+        return False
+    if path in ("/v1/files", "/v1/skills"):
+        return True
+    return path.startswith("/v1/skills/") and path.endswith("/versions") and path.count("/") == 4
 
 
 class _BodyTooLarge(Exception):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from control_plane.agents.configuration import agent_tool_settings
+from control_plane.harness.skills_prompt import SkillOffer, parse_skill_offers, skills_section
 
 __all__ = [
     "AUTO_ALLOWED_TOOLS",
@@ -206,12 +207,15 @@ class AgentSpec:
     mcp_servers: tuple[McpServerSpec, ...] = ()
     #: The system prompt's memory section (the session's mounted memory stores), after ``system``.
     memory: str | None = None
+    skills: tuple[SkillOffer, ...] = ()  # offered in the system prompt (skills_prompt)
 
     @classmethod
-    def from_json(cls, agent: Mapping[str, Any], memory: str | None = None) -> AgentSpec:
+    def from_json(
+        cls, agent: Mapping[str, Any], memory: str | None = None, skill_offers: Any = None
+    ) -> AgentSpec:
         """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
-        resolved by ``control_plane.agents.configuration``). Raises ``ValueError`` when there is
-        no model id or the tools are not in the resolved form."""
+        resolved by ``control_plane.agents.configuration``) and the session's ``skill_offers``.
+        Raises ``ValueError`` when there is no model id or the tools are not in the resolved form."""
         model = agent.get("model")
         model_id = model.get("id") if isinstance(model, Mapping) else model
         if not isinstance(model_id, str) or not model_id:
@@ -241,6 +245,7 @@ class AgentSpec:
             custom=tuple(custom),
             mcp_servers=_mcp_servers(agent.get("mcp_servers"), raw_tools),
             memory=memory,
+            skills=parse_skill_offers(skill_offers),
         )
 
     @property
@@ -290,13 +295,12 @@ class AgentSpec:
         return tools
 
     def system_param(self) -> list[dict[str, Any]] | None:
-        """The ``system`` blocks (the agent's prompt, then the memory section; ``cache_control``
-        on the last: both are fixed for the session's life), or ``None`` without either."""
-        blocks: list[dict[str, Any]] = [
-            {"type": "text", "text": text} for text in (self.system, self.memory) if text is not None
-        ]
-        if not blocks:
+        """The ``system`` blocks (the agent's prompt, the skills section, then the memory section:
+        all fixed for the session's life; ``cache_control`` on the last), or ``None`` without any."""
+        texts = [t for t in (self.system, skills_section(self.skills), self.memory) if t is not None]
+        if not texts:
             return None
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": text} for text in texts]
         blocks[-1]["cache_control"] = {"type": "ephemeral"}
         return blocks
 

@@ -226,7 +226,9 @@ class SessionDriver:
             return
         try:
             self._memory = list(body.get("memory_stores") or [])
-            self._agent = AgentSpec.from_json(body.get("agent") or {}, memory_prompt(self._memory))
+            self._agent = AgentSpec.from_json(
+                body.get("agent") or {}, memory_prompt(self._memory), body.get("skill_offers")
+            )
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
             return

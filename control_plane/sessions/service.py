@@ -207,6 +207,8 @@ class SessionService:
         )
         await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
+        # skills: each version pinned now ("latest" as it is at the start); the model's offer kept
+        snapshot["skills"], skill_offers = await self._agents.pin_skills(snapshot["skills"])
         if budget is not None:
             check_budgetable(_model_id(snapshot), self._prices, "budget")
         vault_ids = list(dict.fromkeys(command.vault_ids))
@@ -222,6 +224,7 @@ class SessionService:
             )
         now = self._clock()
         body = {**_new_session_body(command, snapshot, vault_ids, budget), "memory_stores": memory}
+        body["skill_offers"] = skill_offers  # for the harness's system prompt (not in the API's view)
         res = await self._store.create_resource("session", new_session_id(), body, now)
         created = await self._create_repositories(res.id, repositories, now)
         for index, resolved in enumerate(memory, start=len(created)):

@@ -13,6 +13,8 @@ from tests.support.api_app import Api, assert_complete
 
 
 async def test_create_resolves_configuration(api: Api) -> None:
+    skill_md = b"---\nname: sheets\ndescription: Spreadsheets.\n---\n"
+    skill = await api.client.beta.skills.create(files=[("sheets/SKILL.md", skill_md)])
     agent = await api.client.beta.agents.create(
         name="coder",
         model="claude-opus-4-8",
@@ -37,7 +39,7 @@ async def test_create_resolves_configuration(api: Api) -> None:
             },
         ],
         mcp_servers=[{"type": "url", "name": "github", "url": "https://mcp.example.com/github"}],
-        skills=[{"type": "anthropic", "skill_id": "xlsx"}],
+        skills=[{"type": "custom", "skill_id": skill.id}],
         metadata={"team": "platform"},
     )
     assert isinstance(agent, BetaManagedAgentsAgent)

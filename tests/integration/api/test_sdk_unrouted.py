@@ -15,7 +15,7 @@ from tests.support.api_app import Api
 async def test_an_unserved_sdk_method_is_a_404_naming_the_feature(api: Api) -> None:
     beta = api.client.beta
     calls: list[tuple[Callable[[], Awaitable[object]], str]] = [
-        (beta.skills.list, "/v1/skills is not supported by Outpost yet (skills)"),
+        (beta.dreams.list, "/v1/dreams is not supported by Outpost yet (dreams)"),
         (lambda: beta.sessions.threads.list("sesn_x"), "(session threads)"),
         (lambda: beta.environments.work.stats("env_x"), "(environment work queues)"),
         (lambda: beta.tunnels.certificates.list("tunnel_x"), "(tunnel certificates)"),
@@ -68,4 +68,4 @@ async def test_an_unknown_path_without_a_key_is_still_401(api: Api) -> None:
     client = anthropic.AsyncAnthropic(base_url=api.url, api_key="sk-outpost-wrong", max_retries=0)
     async with client:
         with pytest.raises(anthropic.AuthenticationError):
-            await client.beta.skills.list()
+            await client.beta.dreams.list()
