@@ -211,7 +211,7 @@ class AgentSpec:
 
     @classmethod
     def from_json(
-        cls, agent: Mapping[str, Any], memory: str | None = None, skill_offers: Any = None
+        cls, agent: Mapping[str, Any], *, memory: str | None = None, skill_offers: Any = None
     ) -> AgentSpec:
         """Parse the resolved snapshot the API stores (``model`` as ``{id, ...}`` or an id; tools
         resolved by ``control_plane.agents.configuration``) and the session's ``skill_offers``.

@@ -227,7 +227,9 @@ class SessionDriver:
         try:
             self._memory = list(body.get("memory_stores") or [])
             self._agent = AgentSpec.from_json(
-                body.get("agent") or {}, memory_prompt(self._memory), body.get("skill_offers")
+                body.get("agent") or {},
+                memory=memory_prompt(self._memory),
+                skill_offers=body.get("skill_offers"),
             )
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)

@@ -26,13 +26,13 @@ def test_the_section_names_each_skill_and_where_it_is() -> None:
 
 def test_system_blocks_the_prompt_then_the_skills_cache_on_the_last() -> None:
     agent = {"model": {"id": "m"}, "system": "Be brief.", "tools": []}
-    spec = AgentSpec.from_json(agent, OFFERS)
+    spec = AgentSpec.from_json(agent, skill_offers=OFFERS)
     blocks = spec.system_param()
     assert blocks is not None and [b["text"][:9] for b in blocks] == ["Be brief.", "<skills>\n"]
     assert "cache_control" not in blocks[0] and blocks[1]["cache_control"] == {"type": "ephemeral"}
-    assert AgentSpec.from_json(agent, OFFERS).system_param() == blocks  # stable across turns
+    assert AgentSpec.from_json(agent, skill_offers=OFFERS).system_param() == blocks  # stable across turns
     plain = AgentSpec.from_json(agent).system_param()
     assert plain == [{"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}]
-    only_skills = AgentSpec.from_json({**agent, "system": None}, OFFERS).system_param()
+    only_skills = AgentSpec.from_json({**agent, "system": None}, skill_offers=OFFERS).system_param()
     assert only_skills is not None and len(only_skills) == 1
     assert AgentSpec.from_json({**agent, "system": None}).system_param() is None
