@@ -162,6 +162,7 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         outbound=services.outbound,
         agents=agents,
         prices=services.model_prices,
+        files=_file_service(services),  # outcomes: file rubrics
     )
 
 

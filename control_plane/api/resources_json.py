@@ -43,6 +43,7 @@ def session_json(
     usage: dict[str, Any],
     now: datetime,
     resources: list[dict[str, Any]] | None = None,
+    outcome_evaluations: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """A session; ``status`` and ``usage`` are read from its log, ``resources`` (their API views)
     from their own rows, the rest from its body."""
@@ -66,7 +67,7 @@ def session_json(
         "title": body.get("title"),
         "budget": body.get("budget"),
         "deployment_id": body.get("deployment_id"),
-        "outcome_evaluations": body.get("outcome_evaluations", []),
+        "outcome_evaluations": outcome_evaluations or [],
         "usage": usage,
         "stats": {
             "active_seconds": float(active) if isinstance(active, int | float) else 0.0,
@@ -81,4 +82,4 @@ def session_json(
 def session_view_json(view: SessionView) -> dict[str, Any]:
     """A session as :meth:`~control_plane.sessions.service.SessionService` reads it."""
     resources = [repository_json(r) for r in view.repositories]
-    return session_json(view.session, view.status, view.usage, view.now, resources)
+    return session_json(view.session, view.status, view.usage, view.now, resources, view.outcome_evaluations)

@@ -63,6 +63,13 @@ from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
 from control_plane.harness.memory_writeback import MemoryWriteBack
 from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
+from control_plane.harness.outcomes import (
+    ONGOING_INTERVAL_S,
+    GradeOutcome,
+    evaluation_end_events,
+    grading_failure_events,
+    ongoing_event,
+)
 from control_plane.harness.step import (
     CallModel,
     Decision,
@@ -332,6 +339,45 @@ class SessionDriver:
             await self._dispatch(decision.effect)
         elif isinstance(decision.effect, DispatchMcpTool):
             await self._dispatch_mcp(decision.effect)
+        elif isinstance(decision.effect, GradeOutcome):  # outcomes: control_plane/harness/outcomes.py
+            await self._grade(decision.effect)
+
+    async def _grade(self, call: GradeOutcome) -> None:
+        """Outcomes: ask the grader (its start event is in the log); its verdict is recorded
+        before anything acts on it. ``span.outcome_evaluation_ongoing`` beats while it runs."""
+        assert self._agent is not None
+        usage_before = dict(self._state.usage)
+
+        async def heartbeat() -> None:
+            while True:
+                await asyncio.sleep(ONGOING_INTERVAL_S)
+                try:
+                    await self._append([ongoing_event(call)])
+                except Exception as exc:  # the grading's own outcome decides; a beat is a hint
+                    log.debug("session %s: no evaluation heartbeat: %s", self._sid, exc)
+
+        beat = asyncio.create_task(heartbeat(), name=f"evaluation-{self._sid}")
+        try:
+            message = await self._interruptible(self._ctx.model.stream(call.request, lambda _: None))
+        except _Interrupted:
+            return  # the next step ends the evaluation as interrupted and the turn
+        except ModelError as exc:
+            log.warning("session %s: grader request failed (attempt %d): %s", self._sid, call.attempt, exc)
+            failure = grading_failure_events(
+                call,
+                self._ctx.config,
+                error_type=exc.error_type,
+                message=exc.message,
+                retryable=exc.retryable,
+            )
+            await self._append_with_status(failure)
+            return
+        finally:
+            await _cancel(beat)
+        price = self._ctx.config.price_of(self._agent.model)
+        drafts = evaluation_end_events(call, message, usage_before, price=price, budget=self._state.budget)
+        await self._append(drafts)
+        self._usage_due = drafts[-1].payload["usage"]
 
     async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
         events = [NewEvent(d.id or self._ctx.new_id(), d.type, d.payload) for d in drafts]

@@ -29,7 +29,9 @@ The conversation sent to the model is rebuilt from the log alone:
 * an ``agent.thread_context_compacted`` replaces the messages it summarized with one message holding
   its summary (:mod:`~control_plane.harness.context_window`; the log keeps them);
 * the session's ``budget`` is the one it was created with (given to :func:`fold`) until a
-  ``session.updated`` carrying ``budget`` replaces it (``null``: removed).
+  ``session.updated`` carrying ``budget`` replaces it (``null``: removed);
+* outcomes (``user.define_outcome``, ``span.outcome_evaluation_*``): see
+  :mod:`~control_plane.harness.outcome_state`.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from typing import Any
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.context_window import ContextState, compacted_messages
+from control_plane.harness.outcome_state import OutcomeTracker
 from control_plane.sessions.usage import Budget
 
 __all__ = ["Answer", "SessionState", "ToolUse", "build_request", "fold"]
@@ -107,6 +110,7 @@ class SessionState:
     mcp_down: set[str] = field(default_factory=set)  # MCP servers reported unavailable this turn
     budget: Budget | None = None  # the session's spend ceiling (None: uncapped)
     context: ContextState = field(default_factory=ContextState)  # the context window (context_window.py)
+    outcomes: OutcomeTracker = field(default_factory=OutcomeTracker)  # outcomes and their evaluations
     last_seq: int = 0
     _tools: dict[str, ToolUse] = field(default_factory=dict)
     _tool_events: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)
@@ -295,6 +299,20 @@ class SessionState:
         if isinstance(retry, Mapping) and retry.get("type") == "retrying":
             self.failures += 1
 
+    # -- outcomes (control_plane/harness/outcome_state.py) ---------------------------------------
+    def _define_outcome(self, event: ev.LogEvent) -> None:
+        self.pending_inputs.append(self.outcomes.define(event))  # input, like a user.message
+
+    def _evaluation_start(self, event: ev.LogEvent) -> None:
+        self.outcomes.start(event)
+
+    def _evaluation_end(self, event: ev.LogEvent) -> None:
+        feedback = self.outcomes.end(event, self.usage)
+        self.failures = 0
+        if feedback is not None and self.in_turn:  # another iteration: the model revises
+            self.staged.extend(feedback)
+            self.model_due = True
+
     # -- the conversation -----------------------------------------------------------------------
     def _staged_user_blocks(self) -> list[dict[str, Any]]:
         blocks = [_tool_result_block(t) for t in self.open_tools]
@@ -356,6 +374,10 @@ _HANDLERS = {
     ev.SESSION_ERROR: SessionState._error,
     ev.SESSION_UPDATED: SessionState._updated,
     ev.AGENT_THREAD_CONTEXT_COMPACTED: SessionState._compacted,
+    # outcomes (control_plane/harness/outcome_state.py)
+    "user.define_outcome": SessionState._define_outcome,
+    "span.outcome_evaluation_start": SessionState._evaluation_start,
+    "span.outcome_evaluation_end": SessionState._evaluation_end,
 }
 
 

@@ -42,7 +42,9 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
    (custom tools, ``ask`` without confirmation) put the session in ``requires_action`` once the
    runnable ones are done; a partial resolution re-emits ``requires_action`` with the remainder;
    when all are answered the model is called again;
-7. otherwise the turn ends (``end_turn``; ``refusal`` passes through; ``pause_turn`` continues).
+7. otherwise the turn ends (``end_turn``; ``refusal`` passes through; ``pause_turn`` continues)
+   — unless an outcome is open: then the grader judges the work first (:class:`GradeOutcome`,
+   :mod:`~control_plane.harness.outcomes`).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from control_plane.harness.compaction import CompactionPlan, Fitted, fit_request
 from control_plane.harness.config import HarnessConfig
 from control_plane.harness.fold import SessionState, ToolUse, build_request, fold
 from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
+from control_plane.harness.outcomes import GradeOutcome, interrupted_evaluation, next_action, regrade
 from control_plane.harness.repository_errors import repository_error_for
 from control_plane.sessions.usage import Budget, ModelPrice, usage_snapshot
 from outpost_wire.errors import ErrorCode, OutpostError, RemoteError
@@ -68,6 +71,7 @@ __all__ = [
     "Decision",
     "DispatchMcpTool",
     "DispatchTool",
+    "GradeOutcome",
     "NoEnvironment",
     "SandboxMove",
     "SandboxUnavailable",
@@ -126,7 +130,7 @@ class Decision:
     at), then perform ``effect``. Empty: nothing to do."""
 
     appends: tuple[ev.Draft, ...] = ()
-    effect: CallModel | DispatchTool | DispatchMcpTool | None = None
+    effect: CallModel | DispatchTool | DispatchMcpTool | GradeOutcome | None = None
     delay_s: float = 0.0
     reason: str = field(default="", compare=False)
 
@@ -190,6 +194,7 @@ def decide(
         for tool in s.open_tools:
             if tool.answer is None and not tool.custom:
                 drafts.append(_unrun_result(tool, _INTERRUPTED, "interrupted"))
+        drafts.extend(interrupted_evaluation(s))  # outcomes: an evaluation in progress ends
         drafts.append(ev.status_idle("end_turn"))
         return Decision(tuple(drafts), reason="interrupted")
     if s.open_span is not None:
@@ -200,6 +205,9 @@ def decide(
             delay = max(0.0, (s.rescheduled_at - now).total_seconds() + delay)
         if delay > 0:
             return Decision(delay_s=delay, reason="retry backoff")
+        grading = regrade(agent, s, config)  # outcomes: a failed grading is retried
+        if grading is not None:
+            return Decision((_RUNNING,), grading, reason="retry grading")
         return _model_decision((_RUNNING,), agent, s, config, mcp, "retry model")
     if s.model_due:
         return _model_decision((), agent, s, config, mcp, "call model")
@@ -209,6 +217,9 @@ def decide(
         return _model_decision((), agent, s, config, mcp, "continue paused turn")
     if s.last_stop_reason == "refusal":
         return Decision((ev.status_idle("refusal"),), reason="refusal")
+    graded = next_action(agent, s, config)  # outcomes: the grader judges the work first
+    if graded is not None:
+        return Decision(graded[0], graded[1], reason=graded[2])
     return Decision((ev.status_idle("end_turn"),), reason="end turn")
 
 

@@ -118,6 +118,7 @@ class SessionView:
     usage: dict[str, Any]
     repositories: list[Resource]
     now: datetime
+    outcome_evaluations: list[dict[str, Any]] = field(default_factory=list)  # read from its log
 
     @property
     def current_status(self) -> SessionStatus:

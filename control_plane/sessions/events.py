@@ -94,11 +94,11 @@ INPUT_EVENT_TYPES: frozenset[str] = frozenset(
         "user.tool_confirmation",
         "user.custom_tool_result",
         "user.tool_result",
+        "user.define_outcome",
         "system.message",
     }
 )
-"""What clients may send with ``POST /v1/sessions/{id}/events`` (``user.define_outcome`` is part of
-the API but not supported by Outpost yet)."""
+"""What clients may send with ``POST /v1/sessions/{id}/events``."""
 
 STREAM_ONLY_TYPES: frozenset[str] = frozenset({"event_start", "event_delta"})
 """Live previews; never stored, only sent to streams that asked for them."""

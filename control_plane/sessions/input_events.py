@@ -15,13 +15,16 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from control_plane.errors import InvalidRequest
 from control_plane.sessions.events import EVENT_TYPES, INPUT_EVENT_TYPES, new_event_id
+from control_plane.sessions.outcome_evaluations import (
+    MAX_ITERATIONS,
+    MAX_RUBRIC_CHARS,
+    define_outcome_payload,
+)
 from control_plane.store.base import NewEvent
 
 __all__ = ["UNSUPPORTED_INPUT_EVENT_TYPES", "format_validation_error", "parse_input_events"]
 
-UNSUPPORTED_INPUT_EVENT_TYPES: dict[str, str] = {
-    "user.define_outcome": "user.define_outcome (outcomes) is not supported by Outpost yet",
-}
+UNSUPPORTED_INPUT_EVENT_TYPES: dict[str, str] = {}
 
 _NonEmpty = Annotated[str, Field(min_length=1)]
 
@@ -145,6 +148,25 @@ class SystemMessage(_Strict):
     content: Annotated[list[TextBlock], Field(min_length=1)]
 
 
+class TextRubric(_Strict):
+    type: Literal["text"]
+    content: Annotated[str, Field(min_length=1, max_length=MAX_RUBRIC_CHARS)]
+
+
+class FileRubric(_Strict):
+    type: Literal["file"]
+    file_id: _NonEmpty
+
+
+class UserDefineOutcome(_Strict):
+    """Outcomes: ``max_iterations`` 1 to 20 (absent: 3; see ``outcome_evaluations``)."""
+
+    type: Literal["user.define_outcome"]
+    description: _NonEmpty
+    rubric: Annotated[TextRubric | FileRubric, Field(discriminator="type")]
+    max_iterations: Annotated[int, Field(ge=1, le=MAX_ITERATIONS)] | None = None
+
+
 _MODELS: dict[str, type[_Strict]] = {
     "user.message": UserMessage,
     "user.interrupt": UserInterrupt,
@@ -152,6 +174,7 @@ _MODELS: dict[str, type[_Strict]] = {
     "user.custom_tool_result": UserCustomToolResult,
     "user.tool_result": UserToolResult,
     "system.message": SystemMessage,
+    "user.define_outcome": UserDefineOutcome,
 }
 _ADAPTERS: dict[str, TypeAdapter[Any]] = {name: TypeAdapter(model) for name, model in _MODELS.items()}
 
@@ -200,6 +223,8 @@ def parse_input_events(
         except ValidationError as exc:
             raise InvalidRequest(format_validation_error(exc, where), param=where) from None
         payload = model.model_dump(mode="json", exclude_none=True, exclude={"type"})
+        if event_type == "user.define_outcome":  # outcomes: a server outcome_id, the default iterations
+            payload = define_outcome_payload(payload)
         parsed.append(NewEvent(id=new_event_id(), type=event_type, payload=payload))
     _check_system_messages(parsed, param)
     return parsed

@@ -83,6 +83,11 @@ from control_plane.sessions.memory_resources import (
     parse_memory_resource,
     resolve_memory_resources,
 )
+from control_plane.sessions.outcome_evaluations import (
+    RubricFiles,
+    prepare_outcomes,
+    read_outcome_evaluations,
+)
 from control_plane.sessions.repositories import (
     RESOURCE_KIND,
     RepositoryInput,
@@ -166,8 +171,10 @@ class SessionService:
         outbound: OutboundGuard | None = None,
         agents: AgentService | None = None,
         prices: Mapping[str, ModelPrice] | None = None,
+        files: RubricFiles | None = None,
     ) -> None:
         self._store = store
+        self._files = files  # outcomes: where file rubrics are read (None: file rubrics refused)
         self._prices = dict(prices) if prices is not None else default_model_prices()
         self._bus = bus
         self._runner = RunnerCalls(runner)
@@ -218,10 +225,11 @@ class SessionService:
         if command.initial_events:
             initial = parse_input_events(
                 list(command.initial_events),
-                allowed={"user.message"},
+                allowed={"user.message", "user.define_outcome"},
                 param="initial_events",
                 max_events=_MAX_INITIAL_EVENTS,
             )
+            initial = await prepare_outcomes(initial, self._store, None, self._files, "initial_events")
         now = self._clock()
         body = {**_new_session_body(command, snapshot, vault_ids, budget), "memory_stores": memory}
         body["skill_offers"] = skill_offers  # for the harness's system prompt (not in the API's view)
@@ -331,6 +339,7 @@ class SessionService:
                 f"session {session_id!r} is terminated; it takes no more events", param="session_id"
             )
         events = parse_input_events(raw_events)
+        events = await prepare_outcomes(events, self._store, session_id, self._files, "events")
         await check_answers(self._store, session_id, events, "events")
         stored = await append_and_publish(self._store, self._bus, session_id, events, self._clock())
         await self._runner.wake(session_id)
@@ -420,7 +429,8 @@ class SessionService:
         now = self._clock()
         active = await read_active_ms(self._store, res.id, now)
         usage = usage_json(tokens, price_for(self._prices, _model_id(res.body["agent"])), active)
-        return SessionView(res, status, usage, repositories, now)
+        outcomes = await read_outcome_evaluations(self._store, res.id)
+        return SessionView(res, status, usage, repositories, now, outcomes)
 
     async def _usable_session(self, session_id: str, viewer: Viewer) -> Resource:
         session = await self.session(session_id, viewer)

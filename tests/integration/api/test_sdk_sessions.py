@@ -125,7 +125,7 @@ async def test_create_refusals(api: Api) -> None:
         await sessions.create(
             agent=agent.id, environment_id=env_id, resources=[{"type": "file", "file_id": "file_1"}]
         )
-    with pytest.raises(anthropic.BadRequestError, match=r"define_outcome.*not supported"):
+    with pytest.raises(anthropic.BadRequestError, match=r"initial_events\[0\]\.max_iterations"):
         await sessions.create(
             agent=agent.id,
             environment_id=env_id,
@@ -134,6 +134,7 @@ async def test_create_refusals(api: Api) -> None:
                     "type": "user.define_outcome",
                     "description": "a report",
                     "rubric": {"type": "text", "content": "complete"},
+                    "max_iterations": 21,
                 }
             ],
         )

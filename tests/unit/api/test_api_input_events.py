@@ -67,4 +67,53 @@ def test_allowed_and_max_events() -> None:
         parse_input_events([{"type": "user.interrupt"}], allowed={"user.message"}, param="initial_events")
     with pytest.raises(InvalidRequest, match="at most 2"):
         parse_input_events([{"type": "user.interrupt"}] * 3, max_events=2)
-    assert "user.define_outcome" not in INPUT_EVENT_TYPES
+    assert "user.define_outcome" in INPUT_EVENT_TYPES
+
+
+RUBRIC = {"type": "text", "content": "The answer names the capital of France."}
+
+
+def test_define_outcome_gets_an_outcome_id_and_the_default_iterations() -> None:
+    [event] = parse_input_events(
+        [{"type": "user.define_outcome", "description": "Answer.", "rubric": RUBRIC}]
+    )
+    assert event.type == "user.define_outcome"
+    assert event.payload["outcome_id"].startswith("outc_") and len(event.payload["outcome_id"]) == 29
+    assert event.payload["max_iterations"] == 3
+    assert event.payload["rubric"] == RUBRIC and event.payload["description"] == "Answer."
+    file_rubric = {"type": "file", "file_id": "file_1"}
+    [other] = parse_input_events(
+        [{"type": "user.define_outcome", "description": "A", "rubric": file_rubric, "max_iterations": 20}]
+    )
+    assert other.payload["max_iterations"] == 20 and other.payload["rubric"] == file_rubric
+    assert other.payload["outcome_id"] != event.payload["outcome_id"]
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"max_iterations": 0},
+        {"max_iterations": 21},
+        {"max_iterations": "3"},
+        {"max_iterations": True},
+        {"description": ""},
+        {"rubric": {"type": "text", "content": ""}},
+        {"rubric": {"type": "text", "content": "x" * 262_145}},
+        {"rubric": {"type": "file"}},
+        {"rubric": {"type": "url", "url": "https://x"}},
+        {"outcome_id": "outc_mine"},
+    ],
+)
+def test_define_outcome_refusals(changes: dict[str, Any]) -> None:
+    event = {"type": "user.define_outcome", "description": "Answer.", "rubric": RUBRIC, **changes}
+    with pytest.raises(InvalidRequest) as caught:
+        parse_input_events([event])
+    assert caught.value.param == "events[0]"
+
+
+def test_define_outcome_bounds_are_accepted() -> None:
+    for bound in (1, 20):
+        [event] = parse_input_events(
+            [{"type": "user.define_outcome", "description": "A", "rubric": RUBRIC, "max_iterations": bound}]
+        )
+        assert event.payload["max_iterations"] == bound
