@@ -37,11 +37,10 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from control_plane.bus import EventBus
 from control_plane.edge_counts import count_edges
@@ -86,6 +85,7 @@ from control_plane.harness.step import (
     model_output_events,
     tool_outcome_events,
 )
+from control_plane.harness.tool_gateway import RecentSessions, ToolGateway
 from control_plane.sessions.log import append_and_publish
 from control_plane.sessions.memory_resources import memory_prompt
 from control_plane.sessions.usage import Budget
@@ -101,62 +101,6 @@ _T = TypeVar("_T")
 _RESOURCE_RETRIES = 8
 _LEADING_STATUSES = frozenset({"running", "rescheduling"})
 _SPECULATIVE_DELAY_S = 0.05
-
-
-class ToolGateway(Protocol):
-    """The hands as the harness sees them (``control_plane.tunnel.EdgeGateway`` fits)."""
-
-    async def provision(self, session_id: str, environment_id: str) -> object: ...
-
-    async def execute(
-        self,
-        session_id: str,
-        environment_id: str,
-        tool: str,
-        tool_input: Mapping[str, Any],
-        *,
-        idempotency_key: str,
-        timeout_s: float | None = None,
-    ) -> ToolResult: ...
-
-    async def destroy(self, session_id: str, environment_id: str) -> bool: ...
-
-    def take_move(self, session_id: str) -> SandboxMove | None:
-        """A move of the session's sandbox to another edge not yet reported (returned once)."""
-
-    def forget_session(self, session_id: str) -> None:
-        """Forget cached placement: the next call reads where the session's sandbox is."""
-
-    def edges_connected(self, environment_id: str) -> int:
-        """How many edges of the environment this process's calls can reach now."""
-
-    @property
-    def edge_wait_s(self) -> float:
-        """How long a call waits for an edge of its environment when none is connected."""
-
-
-class RecentSessions:
-    """Session ids, remembering at most ``capacity``: past it the longest-remembered is forgotten
-    (a hint such as "has a sandbox" that costs a round trip to learn again, never state)."""
-
-    def __init__(self, capacity: int = 10_000) -> None:
-        self._capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
-
-    def add(self, session_id: str) -> None:
-        self._ids[session_id] = None
-        self._ids.move_to_end(session_id)
-        while len(self._ids) > self._capacity:
-            self._ids.popitem(last=False)
-
-    def discard(self, session_id: str) -> None:
-        self._ids.pop(session_id, None)
-
-    def __contains__(self, session_id: object) -> bool:
-        return session_id in self._ids
-
-    def __len__(self) -> int:
-        return len(self._ids)
 
 
 @dataclass
