@@ -1,19 +1,24 @@
 """Issue 14 item 1, the session half: a memory store mounted in a real Docker sandbox at the edge,
-written by bash and read back through the official SDK; a read-only mount is truly read-only."""
+written by bash and by the file tools and read back through the official SDK; a read-only mount is
+truly read-only; two sessions writing the same memory at once lose nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anthropic
+import docker
 import pytest
 
 from control_plane.server import ControlPlane
 from scripted_model import LocalModelServer
 from scripted_model.responders import last_prompt_text, tool_results_since_prompt
 from scripted_model.script import Turn
+from tests.support.docker_engine import exists_in_session_sandbox, session_container
+from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.docker
 
@@ -118,10 +123,124 @@ async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_
     fixed = [m async for m in client.beta.memory_stores.memories.list(facts.id, view="full")]
     assert [m.content for m in fixed] == ["fixed\n"]
 
+    # The file tools reach the mounts too, and a read-only mount refuses them as it refuses bash.
+    results = await _run(
+        client,
+        session.id,
+        [
+            ["read", {"file_path": "/mnt/memory/facts/f.md"}],
+            ["write", {"file_path": "/mnt/memory/facts/f.md", "content": "nope\n"}],
+            [
+                "edit",
+                {"file_path": "/mnt/memory/user-notes/notes.md", "old_string": "hello", "new_string": "hi"},
+            ],
+            ["grep", {"pattern": "new", "path": "/mnt/memory"}],
+        ],
+    )
+    results = results[3:]
+    assert [r.is_error for r in results] == [False, True, False, False], [_text(r) for r in results]
+    assert _text(results[0]) == "fixed\n"
+    assert _text(results[1]) == (
+        "write: /mnt/memory/facts/f.md: read-only: /mnt/memory/facts is mounted read-only"
+    )
+    assert _text(results[3]) == "/mnt/memory/user-notes/sub.md:1:new"
+    notes = await client.beta.memory_stores.memories.retrieve(
+        memories["/notes.md"].id, memory_store_id=store.id
+    )
+    assert notes.content == "base\nhi\n"
+    fixed = [m async for m in client.beta.memory_stores.memories.list(facts.id, view="full")]
+    assert [m.content for m in fixed] == ["fixed\n"]
+
     # The model was told of the stores in its system prompt.
     system = model_server.requests[-1].to_json()["body"]["system"]
     text = "".join(block["text"] for block in system)
     assert "/mnt/memory/user-notes (read-write)" in text and "Keep it short." in text
     assert "/mnt/memory/facts (read-only)" in text
     await client.beta.sessions.delete(session.id)
+    await client.close()
+
+
+async def test_two_sessions_writing_one_memory_at_once_lose_nothing(
+    control_plane: ControlPlane,
+    model_server: LocalModelServer,
+    enroll,
+    run_edge,
+    docker_client: docker.DockerClient,
+) -> None:
+    """Session A appends by ``bash echo >>``, session B replaces by ``write``, both from the same
+    baseline. A's append is held (it waits for a file the test creates) until B's write is a
+    memory version: B wins (first writer), A's change is a version too and A's model is told."""
+    client = anthropic.AsyncAnthropic(
+        base_url=control_plane.http_url, api_key=control_plane.admin_key(), max_retries=0
+    )
+    store = await client.beta.memory_stores.create(name="shared")
+    memory = await client.beta.memory_stores.memories.create(store.id, path="/notes.md", content="base\n")
+    agent = await client.beta.agents.create(
+        name="m", model="claude-sonnet-5-5", system="Be brief.", tools=[{"type": "agent_toolset_20260401"}]
+    )
+    environment = await client.beta.environments.create(
+        name="e2e-memory-race", config={"type": "self_hosted"}
+    )
+    await run_edge(await enroll(environment.id))
+    resources: Any = [{"type": "memory_store", "memory_store_id": store.id}]
+    session_a = await client.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, resources=resources
+    )
+    session_b = await client.beta.sessions.create(
+        agent=agent.id, environment_id=environment.id, resources=resources
+    )
+    path = "/mnt/memory/shared/notes.md"
+
+    hold = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done"
+    run_a = asyncio.create_task(
+        _run(client, session_a.id, [["bash", {"command": f"{hold}; echo A >> {path}"}]])
+    )
+    try:
+        # A's call runs in its sandbox, which holds the baseline ("base"), and waits.
+        await eventually(
+            lambda: exists_in_session_sandbox(docker_client, session_a.id, "/workspace/started"),
+            180,
+            "session A's bash call to start",
+        )
+        results_b = await _run(client, session_b.id, [["write", {"file_path": path, "content": "base\nB\n"}]])
+        assert [r.is_error for r in results_b] == [False], [_text(r) for r in results_b]
+        assert "Memory conflict" not in _text(results_b[0])
+        # B's write is a memory version (written back before its tool result was recorded).
+        by_b = [
+            v async for v in client.beta.memory_stores.memory_versions.list(store.id, session_id=session_b.id)
+        ]
+        assert [v.operation for v in by_b] == ["modified"]
+
+        container = session_container(docker_client, session_a.id)
+        assert container is not None
+        code, _ = await asyncio.to_thread(container.exec_run, ["touch", "/workspace/go"], user="1000:1000")
+        assert code == 0
+        results_a = await asyncio.wait_for(run_a, 180)
+    finally:
+        run_a.cancel()
+
+    # A lost the race: its tool result carries the conflict note naming its recorded version.
+    assert [r.is_error for r in results_a] == [False], [_text(r) for r in results_a]
+    note = _text(results_a[0])
+    assert "Memory conflict: " in note and "another writer" in note, note
+
+    # The current content is the first writer's (B's) ...
+    current = await client.beta.memory_stores.memories.retrieve(memory.id, memory_store_id=store.id)
+    assert current.content == "base\nB\n"
+    # ... and memory_versions shows both writers; A's change is kept in a version of its own.
+    versions = [
+        v
+        async for v in client.beta.memory_stores.memory_versions.list(
+            store.id, memory_id=memory.id, view="full"
+        )
+    ]
+    contents = {
+        (getattr(v.created_by, "session_id", None), v.content) for v in versions if v.operation == "modified"
+    }
+    assert (session_b.id, "base\nB\n") in contents, contents
+    assert (session_a.id, "base\nA\n") in contents, contents
+    loser = next(v for v in versions if v.content == "base\nA\n")
+    assert loser.id in note
+    await client.beta.sessions.delete(session_a.id)
+    await client.beta.sessions.delete(session_b.id)
     await client.close()

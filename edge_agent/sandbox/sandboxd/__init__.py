@@ -21,9 +21,11 @@ The daemon writes nothing before it has read its own source, and it exits when s
 
 Tools follow ``agent_toolset_20260401``: ``bash`` (one persistent shell; calls are serialized),
 ``read``, ``write``, ``edit``, ``glob``, ``grep`` (file tools run concurrently, confined to the
-workspace root; every path is resolved without a check-then-open race, see :mod:`.paths`).
-``$SANDBOXD_QUOTA_BYTES`` sets a soft size quota on the workspace (see :mod:`.quota`). The hello
-also reports ``openat2`` (which resolver runs) and ``quota_bytes``.
+workspace root ``$SANDBOXD_ROOT`` (``/workspace``) and the mounts root ``$SANDBOXD_MOUNTS_ROOT``
+(``/mnt``: memory stores, skills, uploads; absolute paths only); every path is resolved without a
+check-then-open race, see :mod:`.paths`). ``$SANDBOXD_QUOTA_BYTES`` sets a soft size quota on the
+workspace only (see :mod:`.quota`). The hello also reports ``openat2`` (which resolver runs),
+``mounts_root`` and ``quota_bytes``.
 
 Modules: :mod:`.main_loop` (the frame loop and dispatch), :mod:`.bash` (the shell),
 :mod:`.file_tools` (read, write, edit), :mod:`.search` (glob, grep), :mod:`.paths` (the path policy),
@@ -34,7 +36,7 @@ Modules: :mod:`.main_loop` (the frame loop and dispatch), :mod:`.bash` (the shel
 from __future__ import annotations
 
 from .bundle import BOOTSTRAP, payload
-from .common import NO_RG_ENV, QUOTA_ENV, ROOT_ENV
+from .common import MOUNTS_ENV, NO_RG_ENV, QUOTA_ENV, ROOT_ENV
 from .main_loop import PROTOCOL_VERSION
 
-__all__ = ["BOOTSTRAP", "NO_RG_ENV", "PROTOCOL_VERSION", "QUOTA_ENV", "ROOT_ENV", "payload"]
+__all__ = ["BOOTSTRAP", "MOUNTS_ENV", "NO_RG_ENV", "PROTOCOL_VERSION", "QUOTA_ENV", "ROOT_ENV", "payload"]

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .common import (
+    MOUNTS_ENV,
     NO_OUTPUT,
     NO_RG_ENV,
     QUOTA_ENV,
@@ -86,7 +87,7 @@ class Shell:
 
     def __init__(self, root: str, wake_fd: int) -> None:
         env = dict(os.environ)
-        for key in (ROOT_ENV, NO_RG_ENV, QUOTA_ENV):
+        for key in (ROOT_ENV, NO_RG_ENV, QUOTA_ENV, MOUNTS_ENV):
             env.pop(key, None)
         env.update({"PS1": "", "PS2": "", "TERM": "dumb"})
         self._wake_fd = wake_fd

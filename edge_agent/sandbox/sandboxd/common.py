@@ -10,6 +10,7 @@ from typing import Any, Union
 ROOT_ENV = "SANDBOXD_ROOT"
 NO_RG_ENV = "SANDBOXD_NO_RG"  # tests: force the pure-Python grep
 QUOTA_ENV = "SANDBOXD_QUOTA_BYTES"  # the workspace size quota; unset or 0 = none
+MOUNTS_ENV = "SANDBOXD_MOUNTS_ROOT"  # the mounts root the file tools also reach (default /mnt)
 NO_OUTPUT = "(no output)"
 
 Block = dict[str, Any]

@@ -1,5 +1,7 @@
 """The file tools ``read``, ``write`` and ``edit`` (and the door to ``glob`` and ``grep``, in
-:mod:`.search`), confined to a :class:`~.paths.Workspace` and counted against its :class:`~.quota.Quota`."""
+:mod:`.search`), confined to a :class:`~.paths.Workspace` (the workspace and the mounts root);
+writes in the workspace are counted against its :class:`~.quota.Quota` (the mounts are not: a
+memory store, skill or upload has its own limits)."""
 
 from __future__ import annotations
 
@@ -48,8 +50,8 @@ class FileTools:
         self.ws = workspace
         self.quota = quota if quota is not None else Quota(workspace.root, 0)
         rg = shutil.which("rg") if use_rg else None
-        # An rg that lives inside the workspace could be planted by the model: never run it.
-        self.rg = rg if rg and not workspace.within(os.path.realpath(rg)) else None
+        # An rg that lives inside the workspace or a mount could be planted by the model: never run it.
+        self.rg = rg if rg and not workspace.within_any(os.path.realpath(rg)) else None
 
     def run(self, tool: str, inp: dict[str, Any]) -> tuple[list[Block], bool]:
         """Run one file tool; returns (content blocks, is_error). Never raises."""
@@ -77,6 +79,8 @@ class FileTools:
         except OSError as exc:
             if exc.errno == errno.ENXIO:  # a FIFO without a reader
                 raise ToolError(f"{tool}: {given}: not a regular file") from None
+            if exc.errno == errno.EROFS:  # a read-only mount (a memory store, skill or upload)
+                raise self.ws.read_only(tool, given) from None
             raise fs_error(tool, given, exc) from None
 
     # read ------------------------------------------------------------------------------------
@@ -170,8 +174,9 @@ class FileTools:
     # write / edit ----------------------------------------------------------------------------
 
     def _replace_contents(self, tool: str, file_path: str, fh: BinaryIO, old_disk: int, data: bytes) -> None:
-        """Overwrite the open file with ``data`` if the quota allows it."""
-        self.quota.check(tool, file_path, old_disk, len(data))
+        """Overwrite the open file with ``data`` if the quota allows it (in the workspace)."""
+        if self.ws.in_workspace(tool, file_path):
+            self.quota.check(tool, file_path, old_disk, len(data))
         try:
             fh.seek(0)
             fh.truncate()
@@ -193,7 +198,8 @@ class FileTools:
             fd = self.ws.open("write", file_path, os.O_WRONLY | os.O_NONBLOCK)
         except OSError:
             # New (or unopenable: the second open reports why). Refuse before creating anything.
-            self.quota.check_room("write", file_path, len(data))
+            if self.ws.in_workspace("write", file_path):
+                self.quota.check_room("write", file_path, len(data))
             fd = self._open("write", file_path, os.O_WRONLY | os.O_CREAT, create_dirs=True)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or worse

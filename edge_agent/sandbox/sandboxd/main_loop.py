@@ -12,13 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO
 
 from .bash import BashTool
-from .common import NO_RG_ENV, QUOTA_ENV, ROOT_ENV, Block, text_block
+from .common import MOUNTS_ENV, NO_RG_ENV, QUOTA_ENV, ROOT_ENV, Block, text_block
 from .file_tools import FILE_TOOLS, FileTools
 from .paths import Workspace
 from .quota import Quota
 
 PROTOCOL_VERSION = 1
 DEFAULT_ROOT = "/workspace"
+DEFAULT_MOUNTS_ROOT = "/mnt"  # memory stores, skills, uploads: reached by absolute paths
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 BASH_DEFAULT_TIMEOUT_MS = 120_000
 FILE_WORKERS = 4
@@ -27,8 +28,16 @@ FILE_WORKERS = 4
 class Daemon:
     """Reads requests, runs tools, writes responses. One per sandbox (per held exec channel)."""
 
-    def __init__(self, root: str, out_fd: int, *, use_rg: bool = True, quota_bytes: int = 0) -> None:
-        self.workspace = Workspace(root)
+    def __init__(
+        self,
+        root: str,
+        out_fd: int,
+        *,
+        use_rg: bool = True,
+        quota_bytes: int = 0,
+        mounts_root: str | None = None,
+    ) -> None:
+        self.workspace = Workspace(root, mounts_root=mounts_root)
         self.quota = Quota(self.workspace.root, quota_bytes)
         self.files = FileTools(self.workspace, use_rg=use_rg, quota=self.quota)
         self._out_fd = out_fd
@@ -68,6 +77,7 @@ class Daemon:
                 "pid": os.getpid(),
                 "python": ".".join(str(v) for v in sys.version_info[:3]),
                 "root": self.workspace.root,
+                "mounts_root": self.workspace.mounts_root,
                 "rg": self.files.rg is not None,
                 "openat2": self.workspace.openat2 is not None,
                 "quota_bytes": self.quota.limit_bytes,
@@ -150,7 +160,13 @@ def main(argv: list[str]) -> int:
         quota_bytes = int(os.environ.get(QUOTA_ENV) or 0)
     except ValueError:
         raise SystemExit(f"sandboxd: {QUOTA_ENV} must be an integer") from None
-    daemon = Daemon(root, sys.stdout.fileno(), use_rg=not os.environ.get(NO_RG_ENV), quota_bytes=quota_bytes)
+    daemon = Daemon(
+        root,
+        sys.stdout.fileno(),
+        use_rg=not os.environ.get(NO_RG_ENV),
+        quota_bytes=quota_bytes,
+        mounts_root=os.environ.get(MOUNTS_ENV) or DEFAULT_MOUNTS_ROOT,
+    )
     try:
         daemon.serve(sys.stdin.buffer)
     except (BrokenPipeError, KeyboardInterrupt):

@@ -1,6 +1,9 @@
 """The path policy: every path a file tool touches is resolved without a check-then-open race.
 
-``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`` from a descriptor of the workspace root
+A path names one of two roots: the workspace (``/workspace``; relative paths are relative to it)
+or the mounts root (``/mnt``: the session's memory stores, skills and uploads; absolute paths
+only). It is resolved beneath that root and never leaves it, by a symlink or ``..``:
+``openat2`` with ``RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS`` from a descriptor of the root
 when the kernel offers it, else (and whenever ``openat2`` refuses, e.g. for an absolute symlink that
 points back into the workspace) a walk one component at a time: each directory is opened relative
 to the descriptor of its parent with ``O_NOFOLLOW | O_DIRECTORY``, symlinks are read with
@@ -14,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import sys
 from typing import Any
 
@@ -28,7 +32,7 @@ DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 class PathEscape(Exception):
-    """A path (or a symlink on it) leads outside the workspace."""
+    """A path (or a symlink on it) leads outside its root."""
 
 
 class Openat2:
@@ -121,7 +125,7 @@ def walk_beneath(root_fd: int, root: str, rel: str, *, create_dirs: bool = False
                 if links > MAX_SYMLINKS:
                     raise OSError(errno.ELOOP, os.strerror(errno.ELOOP))
                 if target.startswith("/"):
-                    # Absolute: followed only when it names a place inside the workspace.
+                    # Absolute: followed only when it names a place inside the root.
                     if target != root and not target.startswith(root.rstrip("/") + "/"):
                         raise PathEscape(rel)
                     target = target[len(root) :]
@@ -157,50 +161,83 @@ def walk_beneath(root_fd: int, root: str, rel: str, *, create_dirs: bool = False
 
 
 class Workspace:
-    """The directory the file tools are confined to (after following every symlink)."""
+    """The directories the file tools are confined to (after following every symlink): the
+    workspace (``root``; relative paths are relative to it) and, when given, the mounts root
+    (``mounts_root``, ``/mnt`` in a sandbox: memory stores, skills, uploads), reached by absolute
+    paths only. A path is resolved beneath the one of them it names; a symlink (or ``..``) never
+    leads from one to the other or anywhere else."""
 
-    def __init__(self, root: str, *, use_openat2: bool = True) -> None:
+    def __init__(self, root: str, *, mounts_root: str | None = None, use_openat2: bool = True) -> None:
         self.root = os.path.realpath(root)
+        self.mounts_root = os.path.realpath(mounts_root) if mounts_root else None
         self.openat2 = Openat2.load() if use_openat2 else None
 
-    def within(self, path: str) -> bool:
-        return path == self.root or path.startswith(self.root.rstrip("/") + "/")
+    @staticmethod
+    def _beneath(path: str, root: str) -> bool:
+        return path == root or path.startswith(root.rstrip("/") + "/")
 
-    def relative(self, tool: str, given: str) -> str:
-        """``given`` relative to the root (not yet resolved); refuses absolute paths elsewhere."""
+    def within(self, path: str) -> bool:
+        """``path`` (absolute) names the workspace or something in it."""
+        return self._beneath(path, self.root)
+
+    def within_mounts(self, path: str) -> bool:
+        """``path`` (absolute) names the mounts root or something in it."""
+        return self.mounts_root is not None and self._beneath(path, self.mounts_root)
+
+    def within_any(self, path: str) -> bool:
+        return self.within(path) or self.within_mounts(path)
+
+    def locate(self, tool: str, given: str) -> tuple[str, str]:
+        """``(root, path relative to it)`` for ``given`` (not yet resolved); refuses paths elsewhere."""
         if not given:
             raise ToolError(f"{tool}: path must not be empty")
         if "\x00" in given:
             raise ToolError(f"{tool}: path must not contain NUL bytes")
+        root = self.root
         if given.startswith("/"):
-            if not self.within(given):
+            # The longer root wins, should one lie inside the other.
+            candidates = [r for r in (self.root, self.mounts_root) if r and self._beneath(given, r)]
+            if not candidates:
                 raise self.outside(tool, given)
-            given_rel = given[len(self.root) :].lstrip("/") or "."
+            root = max(candidates, key=len)
+            given_rel = given[len(root) :].lstrip("/") or "."
         else:
             given_rel = given
         # Plainly outside, whatever the symlinks on the way: refuse before touching anything.
         lexical = os.path.normpath(given_rel)
         if lexical == ".." or lexical.startswith("../"):
             raise self.outside(tool, given)
-        return given_rel
+        return root, given_rel
+
+    def relative(self, tool: str, given: str) -> str:
+        """``given`` relative to its root (see :meth:`locate`)."""
+        return self.locate(tool, given)[1]
+
+    def in_workspace(self, tool: str, given: str) -> bool:
+        """``given`` is resolved beneath the workspace (not the mounts): the quota applies."""
+        return self.locate(tool, given)[0] == self.root
 
     def outside(self, tool: str, given: str) -> ToolError:
-        return ToolError(f"{tool}: path '{given}' is outside the session's working directory")
+        where = "the session's working directory"
+        if self.mounts_root is not None:
+            where += f" ({self.root}) and its mounts ({self.mounts_root})"
+        return ToolError(f"{tool}: path '{given}' is outside {where}")
 
     def open(self, tool: str, given: str, flags: int, mode: int = 0o666, *, create_dirs: bool = False) -> int:
-        """Open ``given`` (relative to the root, symlinks followed) without ever leaving the root.
+        """Open ``given`` (symlinks followed) without ever leaving the root it names.
 
-        Raises :class:`ToolError` for a path outside the workspace, ``OSError`` otherwise.
+        Raises :class:`ToolError` for a path outside the workspace and the mounts, ``OSError``
+        otherwise.
         """
-        rel = self.relative(tool, given)
-        root_fd = os.open(self.root, DIR_FLAGS)
+        root, rel = self.locate(tool, given)
+        root_fd = os.open(root, DIR_FLAGS)
         try:
             if self.openat2 is not None:
                 with contextlib.suppress(OSError):  # the walk gives the definitive answer
                     return self.openat2.open(root_fd, rel, flags, mode)
             for _ in range(RESOLVE_RETRIES):
                 try:
-                    parent, name = walk_beneath(root_fd, self.root, rel, create_dirs=create_dirs)
+                    parent, name = walk_beneath(root_fd, root, rel, create_dirs=create_dirs)
                 except PathEscape:
                     raise self.outside(tool, given) from None
                 try:
@@ -217,6 +254,15 @@ class Workspace:
         finally:
             os.close(root_fd)
 
+    def read_only(self, tool: str, given: str) -> ToolError:
+        """The error for a write the kernel refused with ``EROFS``, naming the read-only mount."""
+        root, rel = self.locate(tool, given)
+        lexical = os.path.normpath(os.path.join(root, rel))
+        mount = mount_point_of(lexical)
+        if mount is not None and mount not in ("/", root) and self.within_any(mount):
+            return ToolError(f"{tool}: {given}: read-only: {mount} is mounted read-only")
+        return ToolError(f"{tool}: {given}: read-only file system")
+
     def open_dir(self, tool: str, given: str | None) -> int:
         return self.open(tool, given or ".", os.O_RDONLY | os.O_DIRECTORY)
 
@@ -229,3 +275,24 @@ class Workspace:
     def real_path(fd: int) -> str:
         """The canonical path of what ``fd`` is open on, for messages and output."""
         return os.readlink(f"/proc/self/fd/{fd}")
+
+
+def _unescape_mountinfo(field: str) -> str:
+    """``/proc/self/mountinfo`` escapes space, tab, newline and backslash as ``\\ooo``."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mount_point_of(path: str, mountinfo: str = "/proc/self/mountinfo") -> str | None:
+    """The mount point ``path`` (absolute, normalised) lies on, from ``mountinfo``; None if unknown."""
+    try:
+        with open(mountinfo, encoding="utf-8", errors="surrogateescape") as fh:
+            points = [_unescape_mountinfo(line.split(" ")[4]) for line in fh if line.count(" ") >= 5]
+    except OSError:
+        return None
+    best: str | None = None
+    for point in points:
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and (
+            best is None or len(point) > len(best)
+        ):
+            best = point
+    return best

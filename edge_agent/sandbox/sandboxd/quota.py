@@ -27,7 +27,8 @@ class Quota:
     workspace at most every ``max_age_s`` seconds and kept current in between by the file tools'
     own writes. After a bash call it is measured again, except that a workspace whose walk takes
     longer than :data:`QUOTA_CHEAP_WALK_S` is walked at most 1/:data:`QUOTA_WALK_SHARE` of the time.
-    ``limit_bytes`` 0 means no quota.
+    ``limit_bytes`` 0 means no quota. It covers the workspace only: writes under the mounts root
+    (memory stores, skills, uploads; see :class:`~.paths.Workspace`) are neither counted nor refused.
     """
 
     def __init__(self, root: str, limit_bytes: int, *, max_age_s: float = QUOTA_MAX_AGE_S) -> None:

@@ -1,5 +1,6 @@
 """The ``glob`` and ``grep`` tools: both run below a directory (or file) opened through the
-:class:`~.paths.Workspace`, on descriptors, so no rename or symlink swap can lead them outside."""
+:class:`~.paths.Workspace` (in the workspace, or under the mounts root when given such a path),
+on descriptors, so no rename or symlink swap can lead them outside."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ def run_glob(ws: Workspace, inp: dict[str, Any]) -> Result:
     try:
         # Match below the opened directory itself, on descriptors, so no swap can move it.
         shown = ws.real_path(fd)
-        globber = _Globber(ws, os.path.relpath(shown, ws.root))
+        globber = _Globber(ws, shown)
         globber.run(fd, "", parts)
     finally:
         os.close(fd)
@@ -137,9 +138,9 @@ class _Globber:
     (as ``pathlib``). Results are paths relative to the search base, with their mtimes.
     """
 
-    def __init__(self, ws: Workspace, base_rel: str) -> None:
+    def __init__(self, ws: Workspace, base: str) -> None:
         self.ws = ws
-        self.base_rel = base_rel  # the search base, relative to the workspace root
+        self.base = base  # the search base, an absolute path beneath the workspace or the mounts
         self.found: list[tuple[str, float]] = []
         self._seen: set[str] = set()
 
@@ -195,9 +196,10 @@ class _Globber:
                 os.close(child_fd)
 
     def _follow(self, child: str, flags: int) -> int | None:
-        """Open the symlink at ``child`` through the workspace's resolver; None if it leads outside."""
+        """Open the symlink at ``child`` through the workspace's resolver; None if it leads outside
+        the root it is under."""
         try:
-            return self.ws.open("glob", f"{self.base_rel}/{child}", flags)
+            return self.ws.open("glob", f"{self.base}/{child}", flags)
         except (ToolError, OSError):
             return None
 

@@ -119,12 +119,17 @@ async def test_read_image_gives_image_block(manager: SandboxManager) -> None:
     assert result.content == (ImageBlock("image/png", png),)
 
 
-@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "etc-link/passwd", "/proc/self/environ"])
+@pytest.mark.parametrize(
+    "path",
+    ["../etc/passwd", "/etc/passwd", "etc-link/passwd", "/proc/self/environ", "/mnt/../etc/passwd"],
+)
 async def test_paths_outside_workspace(manager: SandboxManager, path: str) -> None:
     await bash(manager, "ln -sfn /etc etc-link")
     result = await run(manager, "read", file_path=path)
     assert result.is_error
-    assert result.plain_text == f"read: path '{path}' is outside the session's working directory"
+    assert result.plain_text == (
+        f"read: path '{path}' is outside the session's working directory (/workspace) and its mounts (/mnt)"
+    )
     written = await run(manager, "write", file_path=path, content="x")
     assert written.is_error and "outside the session's working directory" in written.plain_text
 

@@ -1,7 +1,11 @@
 """Run sandboxd as a local subprocess, started exactly as the edge starts it in a container
 (the bootstrap reads the script from stdin), against a temporary workspace. The interpreter is
 isolated (``-I -S``: no environment, no site-packages, not even the working directory on its path),
-so only the standard library and the script itself can be imported."""
+so only the standard library and the script itself can be imported.
+
+``mounts_root`` stands in for the sandbox's ``/mnt``; each of ``read_only`` (directories, under it)
+is made a read-only bind mount of itself, as a sandbox's read-only memory store is: the daemon then
+runs in its own user and mount namespaces (``unshare -rm``), so the host's mounts are untouched."""
 
 from __future__ import annotations
 
@@ -10,21 +14,43 @@ import os
 import struct
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from edge_agent.sandbox.channel import daemon_source
 from edge_agent.sandbox.protocol import bootstrap_payload
-from edge_agent.sandbox.sandboxd import BOOTSTRAP, NO_RG_ENV, ROOT_ENV
+from edge_agent.sandbox.sandboxd import BOOTSTRAP, MOUNTS_ENV, NO_RG_ENV, ROOT_ENV
+
+# Bind each directory named before "--" onto itself read-only, then run the rest.
+_READ_ONLY_MOUNTS = (
+    'while [ "$1" != -- ]; do'
+    ' mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; shift;'
+    ' done; shift; exec "$@"'
+)
 
 
 class LocalDaemon:
-    def __init__(self, root: Path, *, use_rg: bool = False, cwd: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        use_rg: bool = False,
+        cwd: Path | None = None,
+        mounts_root: Path | None = None,
+        read_only: Sequence[Path] = (),
+    ) -> None:
         env = {**os.environ, ROOT_ENV: str(root)}
         if not use_rg:
             env[NO_RG_ENV] = "1"
+        if mounts_root is not None:
+            env[MOUNTS_ENV] = str(mounts_root)
+        argv = [sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP]
+        if read_only:
+            unshare = ["unshare", "-rm", "--propagation", "private", "sh", "-c", _READ_ONLY_MOUNTS, "sh"]
+            argv = [*unshare, *(str(d) for d in read_only), "--", *argv]
         self.proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-u", "-c", BOOTSTRAP],
+            argv,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
