@@ -246,14 +246,13 @@ class SessionService:
         return await self._view(res)
 
     async def list_sessions(self, query: SessionQuery, viewer: Viewer) -> SessionPage:
-        """A page of sessions; with a status filter, store pages are read until the page is full
-        (each only as long as still needed, so the store's cursor after the last row read is
-        exactly where the next page starts)."""
-        if query.memory_store_id is not None:  # no session mounts a memory store (yet)
-            return SessionPage([], None, None)
+        """A page of sessions; with a status or memory store filter, store pages are read until
+        the page is full (each only as long as still needed, so the store's cursor after the last
+        row read is exactly where the next page starts)."""
         collected: list[SessionView] = []
         pages: list[Page] = []
         cursor = query.cursor
+        filtering = bool(query.statuses) or query.memory_store_id is not None
         while True:
             result = await self._store.list_resources(
                 "session",
@@ -266,11 +265,12 @@ class SessionService:
                 order=query.order,
             )
             pages.append(result)
-            views = [await self._view(r) for r in result.items]
+            rows = [r for r in result.items if _mounts(r, query.memory_store_id)]
+            views = [await self._view(r) for r in rows]
             matched = [v for v in views if not query.statuses or v.current_status in query.statuses]
             collected = collected + matched if query.forward else matched + collected
             cursor = result.next_cursor if query.forward else result.prev_cursor
-            if not query.statuses or len(collected) >= query.limit or cursor is None:
+            if not filtering or len(collected) >= query.limit or cursor is None:
                 break
         first, last = pages[0], pages[-1]
         if query.forward:
@@ -586,6 +586,14 @@ def _new_session_body(
         "outcome_evaluations": [],
         "status": SessionStatus.IDLE.value,  # mirrored for the harness; the log is the truth
     }
+
+
+def _mounts(session: Resource, memory_store_id: str | None) -> bool:
+    """Whether the session mounts the memory store (``None``: no filter)."""
+    if memory_store_id is None:
+        return True
+    mounts = session.body.get("memory_stores") or []
+    return any(isinstance(m, Mapping) and m.get("memory_store_id") == memory_store_id for m in mounts)
 
 
 def _session_filters(query: SessionQuery, viewer: Viewer) -> dict[str, Any]:

@@ -144,7 +144,7 @@ async def test_limits_and_types_in_queries(api: Api) -> None:
         await api.client.beta.agents.list(limit=101)
     with pytest.raises(anthropic.BadRequestError, match="limit"):
         await api.client.beta.sessions.list(limit=0)
-    # a bad page token is a 400 with every filter, memory_store_id too (no session matches that yet)
+    # a bad page token is a 400 with every filter, memory_store_id too
     with pytest.raises(anthropic.BadRequestError, match="page"):
         await api.client.beta.sessions.list(extra_query={"memory_store_id": "memstore_x", "page": "garbage"})
     assert (await api.client.beta.sessions.list(extra_query={"memory_store_id": "memstore_x"})).data == []

@@ -391,3 +391,24 @@ async def test_scoped_and_read_only_keys(api: Api) -> None:
             for call in refused:
                 with pytest.raises(anthropic.PermissionDeniedError):
                     await call()
+
+
+async def test_sessions_listed_by_the_memory_store_they_mount(api: Api) -> None:
+    stores = [await api.client.beta.memory_stores.create(name=f"notes {i}") for i in range(2)]
+    env = await api.environment()
+    mounting = [
+        await api.session(
+            environment_id=env,
+            resources=[{"type": "memory_store", "memory_store_id": stores[0].id, "access": "read_only"}],
+        )
+        for _ in range(3)
+    ]
+    await api.session(environment_id=env)  # mounts nothing
+    other = await api.session(
+        environment_id=env,
+        resources=[{"type": "memory_store", "memory_store_id": stores[1].id, "access": "read_write"}],
+    )
+    listed = [s.id async for s in api.client.beta.sessions.list(memory_store_id=stores[0].id, limit=2)]
+    assert sorted(listed) == sorted(s.id for s in mounting)  # across pages of 2
+    assert [s.id async for s in api.client.beta.sessions.list(memory_store_id=stores[1].id)] == [other.id]
+    assert [s async for s in api.client.beta.sessions.list(memory_store_id="memstore_none")] == []
