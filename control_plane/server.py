@@ -19,6 +19,7 @@ import os
 import secrets
 import socket
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -51,6 +52,7 @@ from control_plane.outbound import OutboundGuard
 from control_plane.retention import Pruner
 from control_plane.sessions.memory_resources import memory_mounts
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_session_resources, to_wire
+from control_plane.sessions.session_content import content_mounts, open_blob
 from control_plane.skills import SkillLimits
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
@@ -67,7 +69,7 @@ from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
 from outpost_wire.admission import refusal_message
 from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
-from outpost_wire.frames import Provision
+from outpost_wire.frames import BlobMount, Provision
 from outpost_wire.pop import audience_for
 from outpost_wire.session import SessionConfig
 from outpost_wire.version import SOFTWARE_VERSION
@@ -106,6 +108,7 @@ class ControlPlane:
             GatewayConfig(reconnect_grace_s=config.reconnect_grace_s, edge_wait_s=config.edge_wait_s),
             sandbox_spec=self._sandbox_spec,
             on_move=self.metrics.sandbox_moved,
+            blob_source=self._open_blob,
         )
         # What the harness, the MCP router and the API's sandbox routes call: the same, measured.
         self.tool_gateway = MeteredGateway(self.gateway, self.metrics)
@@ -433,7 +436,8 @@ class ControlPlane:
         assert self.store is not None
         everything = await list_session_resources(self.store, session_id)
         spec = replace(spec, memory_mounts=memory_mounts(everything))
-        resources = [r for r in everything if r.body.get("type") != "memory_store"]
+        spec = replace(spec, blob_mounts=await content_mounts(self.store, session_id, everything))
+        resources = [r for r in everything if r.body.get("type") not in ("memory_store", "file")]
         if not resources:
             return spec
         tokens = self._repository_tokens()
@@ -442,6 +446,11 @@ class ControlPlane:
         else:
             repositories = await tokens.spec_repositories(resources)
         return replace(spec, repositories=repositories)
+
+    async def _open_blob(self, session_id: str, mount: BlobMount) -> AsyncIterator[bytes]:
+        """A file's or skill's bytes, for the gateway to push to the session's edge."""
+        assert self.store is not None
+        return await open_blob(self.store, self.blobs, session_id, mount)
 
     def _repository_tokens(self) -> RepositoryTokens | None:
         return RepositoryTokens(self.vault.service.keyring) if self.vault is not None else None

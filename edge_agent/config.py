@@ -230,6 +230,13 @@ class SandboxConfig(_Strict):
         "claimed, it is the session's until destroyed, and the pool refills in the background (from a "
         "second after a claim).",
     )
+    content_cache_bytes: int = Field(
+        2 * 1024 * 1024 * 1024,
+        ge=1,
+        description="Disk budget of the cache of sessions' files and skills (`<state_dir>/content`, "
+        "by sha256): the least recently used are evicted to make room, and a file larger than the "
+        "budget is refused (the tool call's error names it).",
+    )
 
 
 class ResultsConfig(_Strict):

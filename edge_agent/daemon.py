@@ -39,6 +39,7 @@ from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
 from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls, spread_for
 from edge_agent.sandbox import DockerRuntime, SandboxManager
+from edge_agent.sandbox.content_mounts import ContentMounts
 from edge_agent.sandbox.memory_mounts import MemoryMounts
 from edge_agent.status import status_document
 from outpost_wire import sdnotify
@@ -60,6 +61,7 @@ _MCP_START_WAIT_S = 5.0  # how long start-up waits for MCP servers before dialli
 GIT_RELAY_KEY_FILE = "git-relay.key"  # in state_dir: the key of the sandboxes' relay tokens
 GIT_SCRATCH_DIR = "git-scratch"  # in state_dir: clones on their way into a workspace
 MEMORY_DIR = "memory"  # in state_dir: sessions' memory stores, bind-mounted into their sandboxes
+CONTENT_DIR = "content"  # in state_dir: the files and skills cache, and sessions' mounts of them
 
 
 class EdgeAgent:
@@ -153,13 +155,19 @@ class EdgeAgent:
             workspace_quota_bytes=self.policy.limits.max_workspace_mb * 1024 * 1024,
             warm_pool_size=cfg.sandbox.warm_pool_size,
             memory=MemoryMounts(cfg.state_dir / MEMORY_DIR),
+            content=ContentMounts(cfg.state_dir / CONTENT_DIR, cfg.sandbox.content_cache_bytes),
         )
         await self.manager.start()
         if cfg.mcp_servers:
             self.mcp = McpHub(cfg.mcp_servers, self.policy.mcp, on_change=self._catalog_changed)
             await self.mcp.start(wait_s=_MCP_START_WAIT_S)
         dispatcher = Dispatcher(
-            self.manager, self.policy, self.journal, mcp=self.mcp, memory=self.manager.memory
+            self.manager,
+            self.policy,
+            self.journal,
+            mcp=self.mcp,
+            memory=self.manager.memory,
+            content=self.manager.content,
         )
         self.link = Link(
             connect=self._connect,

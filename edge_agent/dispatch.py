@@ -41,6 +41,7 @@ from edge_agent.journal import JournalState, ResultJournal
 from edge_agent.mcp import McpConnectionFailed, McpError, McpHub, McpInvalidArguments
 from edge_agent.policy import Policy
 from edge_agent.sandbox import SandboxLimits, SandboxManager, ToolCall
+from edge_agent.sandbox.content_mounts import ContentMounts
 from edge_agent.sandbox.memory_mounts import MemoryMounts
 from outpost_wire.codec import decode_outcome, encode_outcome
 from outpost_wire.errors import ErrorCode
@@ -53,6 +54,7 @@ from outpost_wire.frames import (
     Outcome,
     Provision,
     Provisioned,
+    PutBlob,
     Request,
 )
 from outpost_wire.results import ToolResult
@@ -79,9 +81,12 @@ class Dispatcher:
         mcp: McpHub | None = None,
         clock: Callable[[], float] = time.time,
         memory: MemoryMounts | None = None,
+        content: ContentMounts | None = None,
     ) -> None:
-        """``memory``: the host side of memory-store mounts (the manager's); None = none."""
+        """``memory``: the host side of memory-store mounts (the manager's); None = none.
+        ``content``: the blob cache and files/skills mounts (the manager's); None = none."""
         self._memory = memory
+        self._content = content
         self._mcp = mcp
         self._manager = manager
         self._policy = policy
@@ -150,8 +155,14 @@ class Dispatcher:
             self._limits[request.session_id] = limits
             info = await self._manager.provision(request.session_id, limits)
             return Provisioned(sandbox_id=info.sandbox_id, image=info.image, reused=info.reused)
+        if isinstance(op, PutBlob):
+            if self._content is None:
+                return Failure(ErrorCode.POLICY_DENIED, "this edge does not mount files or skills")
+            return await asyncio.to_thread(self._content.put_chunk, request.session_id, op)
         if isinstance(op, Destroy):
             self._limits.pop(request.session_id, None)
+            if self._content is not None:
+                await asyncio.to_thread(self._content.forget, request.session_id)
             if self._memory is not None:
                 await asyncio.to_thread(self._memory.forget, request.session_id)
             return Destroyed(existed=await self._manager.destroy(request.session_id))
@@ -181,7 +192,9 @@ class Dispatcher:
                 f"{exc.message}; a session with repositories reaches the edge's git relay through "
                 "the egress proxy, so it needs egress 'allowlist' (of no hosts at least)",
             ) from None
-        return replace(limits, repositories=op.repositories, memory_mounts=op.memory_mounts)
+        return replace(
+            limits, repositories=op.repositories, memory_mounts=op.memory_mounts, blob_mounts=op.blob_mounts
+        )
 
     async def _execute(self, request: Request, op: Execute | McpCall) -> Outcome:
         key = request.idempotency_key or request.request_id
@@ -210,6 +223,9 @@ class Dispatcher:
         remaining = self._remaining_s(request)
         limits = self._limits_for(request.session_id, op.sandbox)
         await self._sync_memory(request.session_id, limits, op)
+        problem = await self._sync_content(request.session_id, limits, op)
+        if problem:
+            return ToolResult.error(problem)
         try:
             call = ToolCall.from_json(
                 request.session_id,
@@ -267,6 +283,20 @@ class Dispatcher:
                 f"this edge holds no memory-store contents for session {session_id}; send the call "
                 "again with the spec and the contents"
             )
+
+    async def _sync_content(self, session_id: str, limits: SandboxLimits, op: Execute) -> str:
+        """With a spec: make the session's files and skills directories hold its current mounts
+        (their blobs were pushed just before). A blob this edge does not hold is the call's
+        error, naming the file or skill; "" = fine."""
+        content = self._content
+        if op.sandbox is None or content is None:
+            return ""
+        missing = content.missing(limits.blob_mounts)
+        if missing:
+            names = ", ".join(f"{m.kind} {m.name}" for m in missing)
+            return f"the content of {names} did not reach this edge; it is not mounted in the sandbox"
+        await asyncio.to_thread(content.apply, session_id, limits.blob_mounts)
+        return ""
 
     async def _mcp_once(self, key: str, request: Request, op: McpCall) -> Outcome:
         """One call to a private MCP server, journaled like a sandbox tool call."""

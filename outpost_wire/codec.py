@@ -38,14 +38,18 @@ from google.protobuf.message import DecodeError
 from outpost_wire._proto import tunnel_pb2 as pb
 from outpost_wire.errors import ErrorCode, FrameTooLarge, MalformedFrame
 from outpost_wire.frames import (
+    BLOB_KINDS,
     CHECKOUT_KINDS,
     EGRESS_MODES,
+    MAX_BLOB_MOUNTS,
     MAX_EGRESS_HOST_CHARS,
     MAX_EGRESS_HOSTS,
     MAX_MEMORY_MOUNTS,
     MAX_REPOSITORIES,
     MAX_REPOSITORY_FIELD_CHARS,
     Ack,
+    BlobMount,
+    BlobStored,
     Cancel,
     CatalogUpdate,
     Destroy,
@@ -66,6 +70,7 @@ from outpost_wire.frames import (
     Outcome,
     Provision,
     Provisioned,
+    PutBlob,
     Repository,
     Request,
     ResultChunk,
@@ -101,6 +106,7 @@ _DEFAULT_EGRESS: Final = Egress()
 _CHUNK_DATA_OVERHEAD: Final = 10
 _MAX_UINT32: Final = 0xFFFFFFFF
 _SLUG: Final = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
+_SHA256: Final = re.compile(r"^[0-9a-f]{64}$")
 
 
 # --- frames --------------------------------------------------------------------------------------
@@ -271,6 +277,10 @@ def _request_to_pb(request: Request) -> pb.Request:
                 )
         case Destroy():
             msg.destroy.SetInParent()
+        case PutBlob():
+            msg.put_blob.CopyFrom(
+                pb.PutBlob(sha256=op.sha256, total_size=op.total_size, offset=op.offset, data=op.data)
+            )
         case McpCall():
             msg.mcp_call.CopyFrom(
                 pb.McpCall(
@@ -302,6 +312,10 @@ def _provision_to_pb(op: Provision) -> pb.Provision:
     msg.memory_mounts.extend(
         pb.MemoryMount(store_id=m.store_id, slug=m.slug, read_only=m.read_only) for m in op.memory_mounts
     )
+    msg.blob_mounts.extend(
+        pb.BlobMount(kind=b.kind, name=b.name, sha256=b.sha256, size=b.size, mount_path=b.mount_path)
+        for b in op.blob_mounts
+    )
     return msg
 
 
@@ -328,6 +342,10 @@ def _provision_from_pb(msg: pb.Provision) -> Provision:
         memory_mounts=tuple(
             MemoryMount(store_id=m.store_id, slug=m.slug, read_only=m.read_only) for m in msg.memory_mounts
         ),
+        blob_mounts=tuple(
+            BlobMount(kind=b.kind, name=b.name, sha256=b.sha256, size=b.size, mount_path=b.mount_path)
+            for b in msg.blob_mounts
+        ),
     )
 
 
@@ -352,6 +370,9 @@ def _request_from_pb(msg: pb.Request) -> Request:
         )
     elif kind == "destroy":
         op = Destroy()
+    elif kind == "put_blob":
+        b = msg.put_blob
+        op = PutBlob(sha256=b.sha256, total_size=b.total_size, offset=b.offset, data=b.data)
     elif kind == "mcp_call":
         m = msg.mcp_call
         op = McpCall(server=m.server, tool=m.tool, arguments_json=m.arguments_json, timeout_ms=m.timeout_ms)
@@ -403,6 +424,9 @@ def decode_outcome(data: bytes) -> Outcome:
         return Destroyed(existed=msg.destroyed.existed)
     if kind == "failure":
         return Failure(code=_code_from_pb(msg.failure.code), message=msg.failure.message)
+    if kind == "blob_stored":
+        s = msg.blob_stored
+        return BlobStored(sha256=s.sha256, received=s.received, complete=s.complete)
     _malformed("outcome has no kind")
 
 
@@ -430,6 +454,12 @@ def _outcome_to_pb(outcome: Outcome) -> pb.Outcome:
             )
         case Destroyed():
             return pb.Outcome(destroyed=pb.Destroyed(existed=outcome.existed))
+        case BlobStored():
+            return pb.Outcome(
+                blob_stored=pb.BlobStored(
+                    sha256=outcome.sha256, received=outcome.received, complete=outcome.complete
+                )
+            )
         case Failure():
             return pb.Outcome(failure=pb.Failure(code=_code_to_pb(outcome.code), message=outcome.message))
     raise TypeError(f"not an outcome: {outcome!r}")
@@ -488,6 +518,10 @@ def _validate_op(op: Operation) -> None:
         case McpCall():
             _require(op.server, "mcp_call.server")
             _require(op.tool, "mcp_call.tool")
+        case PutBlob():
+            _require(_SHA256.match(op.sha256), "put_blob.sha256")
+            _require(isinstance(op.data, bytes), "put_blob.data")
+            _require(op.offset + len(op.data) <= op.total_size, "put_blob (offset + data past total_size)")
 
 
 def _validate_provision(op: Provision, where: str) -> None:
@@ -508,6 +542,12 @@ def _validate_provision(op: Provision, where: str) -> None:
     for mount in mounts:
         _require(isinstance(mount, MemoryMount) and mount.store_id, f"{where}.memory_mounts entry")
         _require(_SLUG.match(mount.slug) and mount.slug not in (".", ".."), f"{where}.memory_mounts slug")
+    blobs = op.blob_mounts
+    _require(len(blobs) <= MAX_BLOB_MOUNTS, f"{where}.blob_mounts (more than {MAX_BLOB_MOUNTS})")
+    for blob in blobs:
+        _require(isinstance(blob, BlobMount) and blob.kind in BLOB_KINDS, f"{where}.blob_mounts kind")
+        _require(_SHA256.match(blob.sha256), f"{where}.blob_mounts sha256")
+        _require(blob.mount_path.startswith("/"), f"{where}.blob_mounts mount_path")
     repositories = op.repositories
     _require(isinstance(repositories, tuple), f"{where}.repositories (a tuple)")
     _require(len(repositories) <= MAX_REPOSITORIES, f"{where}.repositories (more than {MAX_REPOSITORIES})")

@@ -5,7 +5,7 @@ Everything above the codec sees these types; the generated protobuf classes neve
 
     edge  ── Hello ──────────────►  control       first frame of every connection
     edge  ◄────────────── Welcome ── control       the connection is open
-    edge  ◄────────────── Request ── control       Provision | Execute | Destroy | McpCall
+    edge  ◄────────────── Request ── control       Provision | Execute | Destroy | McpCall | PutBlob
     edge  ── ResultChunk ... ─────►  control       a serialized Outcome, split to fit frames
     edge  ◄────────────────── Ack ── control       the edge may forget that result
     edge  ◄─────────────── Cancel ── control
@@ -32,8 +32,13 @@ from outpost_wire.errors import ErrorCode
 from outpost_wire.results import ToolResult
 
 __all__ = [
+    "BLOB_CHUNK_BYTES",
+    "BLOB_KINDS",
+    "MAX_BLOB_MOUNTS",
     "PROTOCOL_VERSION",
     "Ack",
+    "BlobMount",
+    "BlobStored",
     "Cancel",
     "CatalogUpdate",
     "Destroy",
@@ -54,6 +59,7 @@ __all__ = [
     "Outcome",
     "Provision",
     "Provisioned",
+    "PutBlob",
     "Repository",
     "Request",
     "ResultChunk",
@@ -189,6 +195,28 @@ class MemorySnapshot:
     files: tuple[MemoryFile, ...] = ()
 
 
+BLOB_KINDS: Final[tuple[str, ...]] = ("file", "skill")
+"""The values :attr:`BlobMount.kind` may take."""
+MAX_BLOB_MOUNTS: Final = 128
+BLOB_CHUNK_BYTES: Final = 256 * 1024
+"""How many bytes of a blob one :class:`PutBlob` carries (the last chunk may carry fewer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BlobMount:
+    """Content of the session mounted read-only in its sandbox: ``kind`` ``"file"`` (a file
+    resource: the blob itself, at ``mount_path``) or ``"skill"`` (a skill version's zip archive,
+    unpacked at ``mount_path``). ``name`` (the file id, the skill's name) is for messages;
+    ``sha256`` (64 lower-case hex digits) and ``size`` identify the bytes, which the control plane
+    sends before the spec in :class:`PutBlob` requests. ``mount_path`` is absolute."""
+
+    kind: str
+    name: str
+    sha256: str
+    size: int
+    mount_path: str
+
+
 @dataclass(frozen=True, slots=True)
 class Provision:
     """Create the session's sandbox if it does not exist. 0 / "" = the edge's default.
@@ -205,6 +233,7 @@ class Provision:
     egress: Egress = Egress()
     repositories: tuple[Repository, ...] = ()
     memory_mounts: tuple[MemoryMount, ...] = ()
+    blob_mounts: tuple[BlobMount, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,7 +281,20 @@ class McpCall:
     timeout_ms: int = 0
 
 
-Operation: TypeAlias = Provision | Execute | Destroy | McpCall
+@dataclass(frozen=True, slots=True)
+class PutBlob:
+    """Bytes ``[offset, offset + len(data))`` of the blob ``sha256`` of ``total_size`` bytes, for
+    the edge's blob cache. Chunks of a blob go in order, at most :data:`BLOB_CHUNK_BYTES` each;
+    the edge checks the sha256 once it holds ``total_size`` bytes. Resolves to
+    :class:`BlobStored` (or a :class:`Failure`: a checksum mismatch, a gap, the edge's disk budget)."""
+
+    sha256: str
+    total_size: int
+    offset: int
+    data: bytes = field(repr=False)
+
+
+Operation: TypeAlias = Provision | Execute | Destroy | McpCall | PutBlob
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,6 +324,16 @@ class Destroyed:
 
 
 @dataclass(frozen=True, slots=True)
+class BlobStored:
+    """The edge holds ``received`` bytes of blob ``sha256``; ``complete``: all, checksum verified
+    (also the answer to the first chunk of a blob it already holds: the sender stops there)."""
+
+    sha256: str
+    received: int
+    complete: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Failure:
     """The edge could not carry the request out (policy, capacity, deadline, cancel, ...)."""
 
@@ -289,7 +341,7 @@ class Failure:
     message: str
 
 
-Outcome: TypeAlias = ToolResult | Provisioned | Destroyed | Failure
+Outcome: TypeAlias = ToolResult | Provisioned | Destroyed | Failure | BlobStored
 
 
 # --- results, flow control, errors ---------------------------------------------------------------

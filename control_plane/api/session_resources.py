@@ -1,4 +1,5 @@
-"""``/v1/sessions/{session_id}/resources``: a session's resources (git repositories).
+"""``/v1/sessions/{session_id}/resources``: a session's resources (git repositories, memory
+stores, files).
 
 * ``GET .../resources`` (``limit``, ``page``) and ``GET .../resources/{id}``: the repositories as
   :func:`~control_plane.sessions.repositories.repository_json` shows them, never the token;
@@ -6,8 +7,9 @@
   again; the edge gets the new one with the session's next sandbox request);
 * ``DELETE .../resources/{id}``: the repository is no longer the session's (its files stay in the
   workspace; the edge stops relaying pull/push for it at the session's next sandbox request);
-* ``POST .../resources`` adds ``file`` resources in the API; Outpost does not mount files yet, and
-  repositories are given when the session is created, so it answers 400.
+* ``POST .../resources`` ``{"type": "file", "file_id", "mount_path"?}`` adds a file (mounted
+  read-only in the sandbox by the session's next sandbox request); repositories and memory stores
+  are given when the session is created. A file resource is removed with ``DELETE``.
 
 Repositories themselves are created with the session. The rules are
 :class:`~control_plane.sessions.service.SessionService`'s; this module only speaks HTTP.
@@ -48,7 +50,7 @@ class _ResourceRoutes:
         caller: CallerDep,
         body: dict[str, Any] = Body(...),  # noqa: B008
     ) -> dict[str, Any]:
-        await self._service.add_resource(session_id, body, viewer_of(caller))  # always a 400
+        return repository_json(await self._service.add_resource(session_id, body, viewer_of(caller)))
 
     async def retrieve(self, session_id: str, resource_id: str, caller: CallerDep) -> dict[str, Any]:
         return repository_json(await self._service.repository(session_id, resource_id, viewer_of(caller)))

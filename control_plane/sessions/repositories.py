@@ -53,8 +53,9 @@ WORKSPACE = "/workspace"
 MAX_TOKEN_CHARS = 4096
 MAX_MOUNT_PATH_CHARS = 1024
 _FIELDS = frozenset({"type", "url", "authorization_token", "checkout", "mount_path"})
-_UNSUPPORTED_TYPES = frozenset({"file"})
+_UNSUPPORTED_TYPES: frozenset[str] = frozenset()
 _MEMORY_TYPE = "memory_store"  # parsed by control_plane.sessions.memory_resources
+_FILE_TYPE = "file"  # parsed by control_plane.sessions.file_resources
 _NAME = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _SHA = re.compile(r"^[0-9a-fA-F]{7,64}$")
 _BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*@\{)[^\x00-\x20~^:?*\[\\\x7f]{1,255}(?<!\.lock)(?<![/.])$")
@@ -77,9 +78,13 @@ class RepositoryInput:
 
 def parse_resources(items: Sequence[Any], *, param: str = "resources") -> list[RepositoryInput]:
     """Validate ``resources`` of a session create; InvalidRequest naming the bad field (never
-    echoing a token). ``memory_store`` items are skipped (see
-    :mod:`control_plane.sessions.memory_resources`)."""
-    items = [item for item in items if not (isinstance(item, Mapping) and item.get("type") == _MEMORY_TYPE)]
+    echoing a token). ``memory_store`` and ``file`` items are skipped (see
+    :mod:`control_plane.sessions.memory_resources`, :mod:`control_plane.sessions.file_resources`)."""
+    items = [
+        item
+        for item in items
+        if not (isinstance(item, Mapping) and item.get("type") in (_MEMORY_TYPE, _FILE_TYPE))
+    ]
     if len(items) > MAX_REPOSITORIES:
         raise InvalidRequest(f"{param}: at most {MAX_REPOSITORIES} resources per session", param=param)
     parsed = [_parse_one(item, f"{param}[{index}]") for index, item in enumerate(items)]
@@ -209,6 +214,10 @@ def repository_json(res: Resource) -> dict[str, Any]:
         from control_plane.sessions.memory_resources import memory_json
 
         return memory_json(res)
+    if body.get("type") == _FILE_TYPE:
+        from control_plane.sessions.file_resources import file_json
+
+        return file_json(res)
     return {
         "type": REPOSITORY_TYPE,
         "id": res.id,

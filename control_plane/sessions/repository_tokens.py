@@ -40,14 +40,16 @@ def repository_aad(session_id: str, resource_id: str, url: str) -> bytes:
 async def list_repositories(store: Resources, session_id: str) -> list[Resource]:
     """The session's repository resources, oldest first (at most a page: the API caps them)."""
     return [
-        r for r in await list_session_resources(store, session_id) if r.body.get("type") != "memory_store"
+        r
+        for r in await list_session_resources(store, session_id)
+        if r.body.get("type") not in ("memory_store", "file")
     ]
 
 
 async def list_session_resources(store: Resources, session_id: str) -> list[Resource]:
-    """All the session's resources (repositories and memory stores), oldest first."""
+    """All the session's resources (repositories, memory stores, files), oldest first."""
     page = await store.list_resources(
-        RESOURCE_KIND, filters={"session_id": session_id}, limit=100, order=Order.ASC
+        RESOURCE_KIND, filters={"session_id": session_id}, limit=200, order=Order.ASC
     )
     return page.items
 

@@ -40,7 +40,7 @@ import logging
 import secrets
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
 from control_plane.agents.service import AgentService
 from control_plane.bus import EventBus
@@ -69,6 +69,7 @@ from control_plane.sessions.commands import (
     Viewer,
 )
 from control_plane.sessions.events import SessionStatus, new_event_id
+from control_plane.sessions.file_resources import FILE_TYPE, resolve_file_resource
 from control_plane.sessions.input_events import parse_input_events
 from control_plane.sessions.log import (
     append_and_publish,
@@ -212,6 +213,10 @@ class SessionService:
                 if isinstance(item, Mapping) and item.get("type") == MEMORY_TYPE
             ],
         )
+        files: list[dict[str, Any]] = []
+        for i, item in enumerate(command.resources):
+            if isinstance(item, Mapping) and item.get("type") == FILE_TYPE:
+                files.append(await resolve_file_resource(self._store, item, f"resources[{i}]", files))
         await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
         # skills: each version pinned now ("latest" as it is at the start); the model's offer kept
@@ -235,7 +240,7 @@ class SessionService:
         body["skill_offers"] = skill_offers  # for the harness's system prompt (not in the API's view)
         res = await self._store.create_resource("session", new_session_id(), body, now)
         created = await self._create_repositories(res.id, repositories, now)
-        for index, resolved in enumerate(memory, start=len(created)):
+        for index, resolved in enumerate([*memory, *files], start=len(created)):
             at = now + timedelta(microseconds=index)
             await self._store.create_resource(
                 RESOURCE_KIND, new_resource_id(), memory_body(res.id, resolved), at
@@ -383,16 +388,21 @@ class SessionService:
         await self.session(session_id, viewer)
         return await self._repository_of(session_id, resource_id, any_type=True)
 
-    async def add_resource(self, session_id: str, params: Mapping[str, Any], viewer: Viewer) -> NoReturn:
-        """Adding ``file`` resources is part of the API; Outpost mounts no files yet, and
-        repositories are given when the session is created: always ``InvalidRequest``."""
+    async def add_resource(self, session_id: str, params: Mapping[str, Any], viewer: Viewer) -> Resource:
+        """Add a ``file`` resource (:mod:`control_plane.sessions.file_resources`); the edge gets
+        it with the session's next sandbox request. Repositories and memory stores are given
+        when the session is created."""
         await self._usable_session(session_id, viewer)
-        if params.get("type") == "file":
-            raise InvalidRequest("type: 'file' resources are not supported by Outpost yet", param="type")
-        raise InvalidRequest(
-            "type: only 'file' resources can be added to a session; repositories are given when the "
-            "session is created",
-            param="type",
+        if params.get("type") != FILE_TYPE:
+            raise InvalidRequest(
+                "type: only 'file' resources can be added to a session; repositories and memory "
+                "stores are given when the session is created",
+                param="type",
+            )
+        existing = [r.body for r in await list_session_resources(self._store, session_id)]
+        body = await resolve_file_resource(self._store, params, "body", existing)
+        return await self._store.create_resource(
+            RESOURCE_KIND, new_resource_id(), memory_body(session_id, body), self._clock()
         )
 
     async def rotate_token(
@@ -401,6 +411,10 @@ class SessionService:
         """``params``: ``{"authorization_token"}`` (anything else is refused); sealed again."""
         await self._usable_session(session_id, viewer)
         res = await self._repository_of(session_id, resource_id)
+        if res.body.get("type") == FILE_TYPE:
+            raise InvalidRequest(
+                "only github_repository resources take a new authorization_token", param="resource_id"
+            )
         unknown = sorted(set(params) - {"authorization_token"})
         if unknown:
             raise InvalidRequest(f"unknown field(s) {', '.join(unknown)}", param=unknown[0])

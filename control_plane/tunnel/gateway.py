@@ -55,6 +55,7 @@ from typing import Any, Protocol
 
 from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest, NotFound
 from control_plane.store.base import EdgeRecord
+from control_plane.tunnel.blob_push import BlobSource, push_blobs
 from control_plane.tunnel.connection import EdgeConnection
 from control_plane.tunnel.placement import PlacementBook
 from control_plane.tunnel.registry import EdgeRegistry
@@ -70,6 +71,7 @@ from outpost_wire.frames import (
     Outcome,
     Provision,
     Provisioned,
+    PutBlob,
     Request,
 )
 from outpost_wire.results import ToolResult
@@ -120,6 +122,7 @@ class EdgeGateway:
         rng: random.Random | None = None,
         on_move: Callable[[SandboxMove], None] | None = None,
         memory_contents: MemoryContents | None = None,
+        blob_source: BlobSource | None = None,
     ) -> None:
         """``sandbox_spec(session_id, environment_id)``: the sandbox a session asks for (image,
         limits, egress from its environment; its git repositories, with their tokens); read for
@@ -129,8 +132,11 @@ class EdgeGateway:
         network, no repositories. ``rng`` breaks placement ties.
         ``on_move`` is told of every sandbox move as it happens (the metrics count them).
         ``memory_contents(session_id, mounts)``: the mounted memory stores' whole contents, read
-        only when an ``Execute`` carries the spec (they travel with it, never in it)."""
+        only when an ``Execute`` carries the spec (they travel with it, never in it).
+        ``blob_source(session_id, mount)``: the bytes of a file or skill the spec mounts, pushed to
+        the edge before the spec (:mod:`control_plane.tunnel.blob_push`)."""
         self.memory_contents = memory_contents
+        self._blob_source = blob_source
         self._on_move = on_move
         self._registry = registry
         self._book = PlacementBook(rng)
@@ -313,6 +319,7 @@ class EdgeGateway:
             stripped = self._without_held_spec(conn, session_id, op)
             sent = await self._with_memory(session_id, stripped)
             try:
+                await self._push_blobs(conn.edge_id, session_id, sent, until)
                 outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
                 if stripped is not op and _spec_required(outcome):
                     log.info(
@@ -323,6 +330,7 @@ class EdgeGateway:
                     )
                     self._forget_spec(session_id)
                     sent = await self._with_memory(session_id, op)
+                    await self._push_blobs(conn.edge_id, session_id, sent, until)
                     outcome = await self._call_edge(conn.edge_id, session_id, sent, key, until - loop.time())
             finally:
                 if fresh:
@@ -363,6 +371,19 @@ class EdgeGateway:
             return op
         contents = await self.memory_contents(session_id, op.sandbox.memory_mounts)
         return dataclasses.replace(op, memory=contents)
+
+    async def _push_blobs(self, edge_id: str, session_id: str, op: Provision | Execute, until: float) -> None:
+        """Before a spec that mounts files or skills: the edge gets their bytes (it answers at
+        once for the ones it holds)."""
+        spec = op if isinstance(op, Provision) else op.sandbox
+        if spec is None or not spec.blob_mounts or self._blob_source is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        async def send(chunk: PutBlob) -> Outcome:
+            return await self._call_edge(edge_id, session_id, chunk, "", until - loop.time())
+
+        await push_blobs(session_id, spec.blob_mounts, self._blob_source, send)
 
     def resend_spec(self, session_id: str) -> None:
         """Send the session's spec (and memory contents) with its next call: the memory stores
@@ -566,7 +587,7 @@ class EdgeGateway:
         self,
         edge_id: str,
         session_id: str,
-        op: Provision | Execute | Destroy | McpCall,
+        op: Provision | Execute | Destroy | McpCall | PutBlob,
         key: str,
         timeout_s: float,
     ) -> Outcome:

@@ -62,6 +62,7 @@ from ..errors import CapacityExhausted, PolicyDenied, RepositoryError, SandboxUn
 from ..git import GitService
 from .channel import CallTimeout, DaemonChannel
 from .container_runtime import ContainerRecord, ContainerRuntime
+from .content_mounts import ContentMounts
 from .idle import IdlePauser
 from .memory_mounts import MemoryMounts
 from .pool import PoolMember, WarmPool
@@ -136,6 +137,7 @@ class SandboxManager:
         workspace_quota_bytes: int = 0,
         warm_pool_size: int = 0,
         memory: MemoryMounts | None = None,
+        content: ContentMounts | None = None,
     ) -> None:
         """``runtime``: the container engine (owned by the caller, who closes it after the manager);
         the manager hands it on to its warm pool, egress controller, git service and channels.
@@ -148,7 +150,9 @@ class SandboxManager:
         ``workspace_quota_bytes``: the soft size quota sandboxd enforces on ``/workspace`` (0 = none).
         ``warm_pool_size``: paused sandboxes kept ready for new sessions (0 = no pool), at most
         ``max_sandboxes``; see :mod:`.pool`. ``memory``: the host side of memory-store mounts
-        (:mod:`.memory_mounts`); None = a spec naming memory stores is refused."""
+        (:mod:`.memory_mounts`); None = a spec naming memory stores is refused. ``content``: the
+        host side of files and skills (:mod:`.content_mounts`), mounted in every sandbox made
+        afresh (not a warm-pool member's); None = none."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -176,6 +180,7 @@ class SandboxManager:
         )
         self._git = git
         self.memory = memory
+        self.content = content
         self._on_provisioned = on_provisioned
         self._workspace_quota_bytes = workspace_quota_bytes
         self._sandboxes: dict[str, SessionSandbox] = {}
@@ -437,7 +442,7 @@ class SandboxManager:
                 await self._discard(sb)
         pool = self._pool
         # A new session may claim a pool member (not one with memory mounts: a member has none).
-        if pool is not None and session_id not in self._workspaces and not limits.memory_mounts:
+        if pool is not None and session_id not in self._workspaces and not _mounts(limits):
             member = pool.take(limits)
             if member is not None:
                 started = time.monotonic()
@@ -595,11 +600,12 @@ class SandboxManager:
     async def _memory_binds(
         self, session_id: str, limits: SandboxLimits
     ) -> tuple[tuple[str, str, bool], ...]:
+        content = await asyncio.to_thread(self.content.binds, session_id) if self.content else ()
         if not limits.memory_mounts:
-            return ()
+            return content
         if self.memory is None:
             raise PolicyDenied("sandbox.memory", "this edge does not mount memory stores")
-        return await asyncio.to_thread(self.memory.binds, session_id, limits.memory_mounts)
+        return content + await asyncio.to_thread(self.memory.binds, session_id, limits.memory_mounts)
 
     async def _populate(
         self, container_id: str, session_id: str, limits: SandboxLimits, labels: Mapping[str, str]
@@ -738,6 +744,11 @@ class SandboxManager:
     def pooled(self) -> int:
         """Warm-pool members paused and ready for new sessions."""
         return self._pool.ready if self._pool is not None else 0
+
+
+def _mounts(limits: SandboxLimits) -> bool:
+    """Whether the session mounts anything (a warm-pool member has no mounts)."""
+    return bool(limits.memory_mounts or limits.blob_mounts)
 
 
 async def _finish(work: Awaitable[SessionSandbox]) -> SessionSandbox:

@@ -14,7 +14,7 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from outpost_wire.frames import MemoryMount, Repository
+from outpost_wire.frames import BlobMount, MemoryMount, Repository
 
 from ..egress import EgressMode, EgressSpec
 
@@ -66,7 +66,8 @@ class SandboxLimits:
     ``repositories``: the session's git repositories, cloned into the workspace when a sandbox is
     made (see :mod:`edge_agent.git`); they do not make an existing sandbox be replaced.
     ``memory_mounts``: the session's memory stores, bind-mounted at ``/mnt/memory/<slug>``
-    (:mod:`.memory_mounts`); fixed for a session's life.
+    (:mod:`.memory_mounts`); fixed for a session's life. ``blob_mounts``: its files and skills,
+    read-only under ``/mnt/session`` and ``/mnt/skills`` (:mod:`.content_mounts`).
     """
 
     image: str
@@ -76,6 +77,7 @@ class SandboxLimits:
     egress: EgressSpec = field(default_factory=EgressSpec)
     repositories: tuple[Repository, ...] = ()
     memory_mounts: tuple[MemoryMount, ...] = ()
+    blob_mounts: tuple[BlobMount, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -288,6 +288,7 @@ class Request(_message.Message):
     EXECUTE_FIELD_NUMBER: _builtins.int
     DESTROY_FIELD_NUMBER: _builtins.int
     MCP_CALL_FIELD_NUMBER: _builtins.int
+    PUT_BLOB_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     session_id: _builtins.str
     idempotency_key: _builtins.str
@@ -301,6 +302,8 @@ class Request(_message.Message):
     def destroy(self) -> Global___Destroy: ...
     @_builtins.property
     def mcp_call(self) -> Global___McpCall: ...
+    @_builtins.property
+    def put_blob(self) -> Global___PutBlob: ...
     def __init__(
         self,
         *,
@@ -312,12 +315,13 @@ class Request(_message.Message):
         execute: Global___Execute | None = ...,
         destroy: Global___Destroy | None = ...,
         mcp_call: Global___McpCall | None = ...,
+        put_blob: Global___PutBlob | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["destroy", b"destroy", "execute", b"execute", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["destroy", b"destroy", "execute", b"execute", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision", "put_blob", b"put_blob"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "destroy", b"destroy", "execute", b"execute", "idempotency_key", b"idempotency_key", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["deadline_ms", b"deadline_ms", "destroy", b"destroy", "execute", b"execute", "idempotency_key", b"idempotency_key", "mcp_call", b"mcp_call", "op", b"op", "provision", b"provision", "put_blob", b"put_blob", "request_id", b"request_id", "session_id", b"session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["provision", "execute", "destroy", "mcp_call"]  # noqa: Y015
+    _WhichOneofReturnType_op: _TypeAlias = _typing.Literal["provision", "execute", "destroy", "mcp_call", "put_blob"]  # noqa: Y015
     _WhichOneofArgType_op: _TypeAlias = _typing.Literal["op", b"op"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_op) -> _WhichOneofReturnType_op | None: ...
 
@@ -336,6 +340,7 @@ class Provision(_message.Message):
     EGRESS_FIELD_NUMBER: _builtins.int
     REPOSITORIES_FIELD_NUMBER: _builtins.int
     MEMORY_MOUNTS_FIELD_NUMBER: _builtins.int
+    BLOB_MOUNTS_FIELD_NUMBER: _builtins.int
     image: _builtins.str
     cpus: _builtins.float
     memory_bytes: _builtins.int
@@ -350,6 +355,10 @@ class Provision(_message.Message):
     def memory_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___MemoryMount]:
         """memory stores bind-mounted at /mnt/memory/<slug>"""
 
+    @_builtins.property
+    def blob_mounts(self) -> _containers.RepeatedCompositeFieldContainer[Global___BlobMount]:
+        """files and skills, mounted read-only"""
+
     def __init__(
         self,
         *,
@@ -360,14 +369,85 @@ class Provision(_message.Message):
         egress: Global___Egress | None = ...,
         repositories: _abc.Iterable[Global___Repository] | None = ...,
         memory_mounts: _abc.Iterable[Global___MemoryMount] | None = ...,
+        blob_mounts: _abc.Iterable[Global___BlobMount] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["egress", b"egress"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "memory_mounts", b"memory_mounts", "pids", b"pids", "repositories", b"repositories"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob_mounts", b"blob_mounts", "cpus", b"cpus", "egress", b"egress", "image", b"image", "memory_bytes", b"memory_bytes", "memory_mounts", b"memory_mounts", "pids", b"pids", "repositories", b"repositories"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Provision: _TypeAlias = Provision  # noqa: Y015
+
+@_typing.final
+class BlobMount(_message.Message):
+    """Content of the session mounted read-only: kind "file" (a file resource: the blob itself at
+    mount_path) or "skill" (a skill version's zip archive, unpacked at mount_path). name: the file
+    id or the skill's name, for messages. The bytes travel before the spec, in PutBlob requests.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    KIND_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    SIZE_FIELD_NUMBER: _builtins.int
+    MOUNT_PATH_FIELD_NUMBER: _builtins.int
+    kind: _builtins.str
+    name: _builtins.str
+    sha256: _builtins.str
+    """hex, lower case"""
+    size: _builtins.int
+    mount_path: _builtins.str
+    def __init__(
+        self,
+        *,
+        kind: _builtins.str = ...,
+        name: _builtins.str = ...,
+        sha256: _builtins.str = ...,
+        size: _builtins.int = ...,
+        mount_path: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "mount_path", b"mount_path", "name", b"name", "sha256", b"sha256", "size", b"size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BlobMount: _TypeAlias = BlobMount  # noqa: Y015
+
+@_typing.final
+class PutBlob(_message.Message):
+    """control -> edge: bytes [offset, offset + len(data)) of the blob whose sha256 and total size are
+    given. Chunks go in order; the edge checks the sha256 when it holds total_size bytes.
+    Resolves to BlobStored (or a Failure: checksum mismatch, a gap, over the edge's disk budget).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHA256_FIELD_NUMBER: _builtins.int
+    TOTAL_SIZE_FIELD_NUMBER: _builtins.int
+    OFFSET_FIELD_NUMBER: _builtins.int
+    DATA_FIELD_NUMBER: _builtins.int
+    sha256: _builtins.str
+    total_size: _builtins.int
+    offset: _builtins.int
+    data: _builtins.bytes
+    def __init__(
+        self,
+        *,
+        sha256: _builtins.str = ...,
+        total_size: _builtins.int = ...,
+        offset: _builtins.int = ...,
+        data: _builtins.bytes = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "offset", b"offset", "sha256", b"sha256", "total_size", b"total_size"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PutBlob: _TypeAlias = PutBlob  # noqa: Y015
 
 @_typing.final
 class MemoryMount(_message.Message):
@@ -774,6 +854,7 @@ class Outcome(_message.Message):
     PROVISIONED_FIELD_NUMBER: _builtins.int
     DESTROYED_FIELD_NUMBER: _builtins.int
     FAILURE_FIELD_NUMBER: _builtins.int
+    BLOB_STORED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def tool_result(self) -> Global___ToolResult: ...
     @_builtins.property
@@ -782,6 +863,8 @@ class Outcome(_message.Message):
     def destroyed(self) -> Global___Destroyed: ...
     @_builtins.property
     def failure(self) -> Global___Failure: ...
+    @_builtins.property
+    def blob_stored(self) -> Global___BlobStored: ...
     def __init__(
         self,
         *,
@@ -789,16 +872,46 @@ class Outcome(_message.Message):
         provisioned: Global___Provisioned | None = ...,
         destroyed: Global___Destroyed | None = ...,
         failure: Global___Failure | None = ...,
+        blob_stored: Global___BlobStored | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["destroyed", b"destroyed", "failure", b"failure", "kind", b"kind", "provisioned", b"provisioned", "tool_result", b"tool_result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["blob_stored", b"blob_stored", "destroyed", b"destroyed", "failure", b"failure", "kind", b"kind", "provisioned", b"provisioned", "tool_result", b"tool_result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["destroyed", b"destroyed", "failure", b"failure", "kind", b"kind", "provisioned", b"provisioned", "tool_result", b"tool_result"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blob_stored", b"blob_stored", "destroyed", b"destroyed", "failure", b"failure", "kind", b"kind", "provisioned", b"provisioned", "tool_result", b"tool_result"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["tool_result", "provisioned", "destroyed", "failure"]  # noqa: Y015
+    _WhichOneofReturnType_kind: _TypeAlias = _typing.Literal["tool_result", "provisioned", "destroyed", "failure", "blob_stored"]  # noqa: Y015
     _WhichOneofArgType_kind: _TypeAlias = _typing.Literal["kind", b"kind"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_kind) -> _WhichOneofReturnType_kind | None: ...
 
 Global___Outcome: _TypeAlias = Outcome  # noqa: Y015
+
+@_typing.final
+class BlobStored(_message.Message):
+    """The edge holds `received` bytes of the blob; complete = all of them, checksum verified (also the
+    answer to a first chunk of a blob the edge already holds: the sender stops there).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SHA256_FIELD_NUMBER: _builtins.int
+    RECEIVED_FIELD_NUMBER: _builtins.int
+    COMPLETE_FIELD_NUMBER: _builtins.int
+    sha256: _builtins.str
+    received: _builtins.int
+    complete: _builtins.bool
+    def __init__(
+        self,
+        *,
+        sha256: _builtins.str = ...,
+        received: _builtins.int = ...,
+        complete: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["complete", b"complete", "received", b"received", "sha256", b"sha256"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___BlobStored: _TypeAlias = BlobStored  # noqa: Y015
 
 @_typing.final
 class ToolResult(_message.Message):

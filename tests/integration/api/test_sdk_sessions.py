@@ -121,7 +121,7 @@ async def test_create_refusals(api: Api) -> None:
             budget={"type": "limit", "max_list_cost": {"amount": "100", "currency": "USD"}},
         )
     assert not_budgetable.value.body["error"]["details"]["error_code"] == "model_not_budgetable"  # type: ignore[index]
-    with pytest.raises(anthropic.BadRequestError, match="resources"):
+    with pytest.raises(anthropic.NotFoundError, match="file_1"):  # no such file
         await sessions.create(
             agent=agent.id, environment_id=env_id, resources=[{"type": "file", "file_id": "file_1"}]
         )

@@ -50,7 +50,7 @@ def test_checkout_and_mount_path() -> None:
 @pytest.mark.parametrize(
     ("item", "param"),
     [
-        ({"type": "file", "file_id": "file_1"}, "resources[0].type"),
+        ({"type": "dataset", "file_id": "file_1"}, "resources[0].type"),
         ({"type": "git"}, "resources[0].type"),
         ("https://x/y.git", "resources[0]"),
         (repo(extra=1), "resources[0]"),

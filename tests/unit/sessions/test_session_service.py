@@ -384,7 +384,7 @@ async def test_repository_token_rotation_and_removal() -> None:
     assert rotated.body["sealed"] and "fresh" not in str(rotated.body)
     with pytest.raises(InvalidRequest, match="unknown field"):
         await stack.service.rotate_token(session_id, resource_id, {"url": "x"}, EVERYONE)
-    with pytest.raises(InvalidRequest, match="not supported"):
+    with pytest.raises(InvalidRequest, match="file_id"):
         await stack.service.add_resource(session_id, {"type": "file"}, EVERYONE)
     other = (await stack.create()).session.id
     with pytest.raises(NotFound):  # another session's repository is unknown here

@@ -41,12 +41,18 @@ from outpost_wire import (
 )
 from outpost_wire._proto import tunnel_pb2 as pb
 from outpost_wire.codec import max_chunk_payload
+from outpost_wire.frames import BLOB_CHUNK_BYTES, BlobMount, BlobStored, PutBlob
 
 LIMIT = 4 * 1024 * 1024
 U32 = 2**32 - 1
 U64 = 2**64 - 1
 CATALOG = '{"servers": [{"name": "github", "tools": [{"name": "search", "input_schema": {}}]}]}'
 MAX_HOSTS = tuple(f"{i:03d}" + "h" * 250 for i in range(256))  # 256 hosts of 253 characters
+SHA = "ab" * 32
+BLOBS = (
+    BlobMount("file", "file_1", SHA, 10, "/mnt/session/uploads/file_1"),
+    BlobMount("skill", "my-skill", "cd" * 32, 2**40, "/mnt/skills/my-skill"),
+)
 ALLOWLIST = Egress("allowlist", ("pypi.org", "files.pythonhosted.org", "*.github.com"))
 
 FRAMES: list[Frame] = [
@@ -75,6 +81,12 @@ FRAMES: list[Frame] = [
     Request("r5a", "s2", "k", 0, Execute("bash", "{}", sandbox=Provision())),
     Request("r5b", "s2", "k", 0, Execute("bash", "{}", 5, Provision("node:22", 0.5, 2**30, 64, ALLOWLIST))),
     Request("r6", "s3", "k", 0, Destroy()),
+    Request("r6a", "s3", "", 0, PutBlob(SHA, 10, 0, b"0123456789")),
+    Request(
+        "r6b", "s3", "", 0, PutBlob(SHA, BLOB_CHUNK_BYTES * 2, BLOB_CHUNK_BYTES, b"x" * BLOB_CHUNK_BYTES)
+    ),
+    Request("r6c", "s3", "", 0, PutBlob(SHA, 0, 0, b"")),
+    Request("r6d", "s3", "k", 0, Execute("bash", "{}", sandbox=Provision(blob_mounts=BLOBS))),
     Request("r7", "s4", "toolu_3", 0, McpCall("github", "search", '{"q": "outpost"}', 10_000)),
     Request("r8", "s4", "", -1, McpCall("s", "t", "", U64)),
     Request("r9", "s4", "k", 0, McpCall("sérvér", "tööl", "{}")),
@@ -103,6 +115,8 @@ OUTCOMES: list[Outcome] = [
     Provisioned("", "", False),
     Destroyed(True),
     Destroyed(False),
+    BlobStored(SHA, 262_144, False),
+    BlobStored(SHA, U64, True),
     *(Failure(code, code.value) for code in ErrorCode),
 ]
 
@@ -122,7 +136,7 @@ def test_every_frame_type_is_covered() -> None:
     assert {type(f) for f in FRAMES} == set(Frame.__args__)  # type: ignore[attr-defined]
     assert {type(o) for o in OUTCOMES} == set(Outcome.__args__)  # type: ignore[attr-defined]
     ops = {type(f.op) for f in FRAMES if isinstance(f, Request)}
-    assert ops == {Provision, Execute, Destroy, McpCall}
+    assert ops == {Provision, Execute, Destroy, McpCall, PutBlob}
 
 
 @pytest.mark.parametrize("code", list(ErrorCode), ids=lambda c: c.name)
@@ -418,3 +432,30 @@ def test_oversized_catalog_fails_at_encode() -> None:
 
 def test_chunk_repr_hides_data() -> None:
     assert "data" not in repr(ResultChunk("r", 0, True, b"x" * 100))
+
+
+@pytest.mark.parametrize(
+    "op",
+    [
+        PutBlob("AB" * 32, 1, 0, b"x"),  # the sha256 is lower-case hex
+        PutBlob("ab" * 31, 1, 0, b"x"),
+        PutBlob(SHA, 1, 0, b"xy"),  # past total_size
+        PutBlob(SHA, 4, 3, b"xy"),
+        Provision(blob_mounts=(BlobMount("dir", "n", SHA, 1, "/mnt/session/x"),)),
+        Provision(blob_mounts=(BlobMount("file", "n", SHA, 1, "relative/x"),)),
+    ],
+)
+def test_bad_blob_requests_are_refused(op: PutBlob | Provision) -> None:
+    with pytest.raises(MalformedFrame):
+        encode_frame(Request("r", "s", "", 0, op), LIMIT)
+
+
+def test_a_full_blob_chunk_fits_a_default_frame() -> None:
+    frame = Request(
+        "req_" + "f" * 32,
+        "sesn_" + "f" * 24,
+        "",
+        2**62,
+        PutBlob(SHA, 2**40, 2**39, b"\xff" * BLOB_CHUNK_BYTES),
+    )
+    assert len(encode_frame(frame, LIMIT)) < LIMIT
