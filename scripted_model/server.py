@@ -25,8 +25,14 @@ A request with the ``compaction`` parameter (``{"type": "summarize"}``) is answe
 itself, without taking a turn: one ``compaction`` block whose ``content`` is a deterministic summary
 (:func:`scripted_model.wire.compaction_summary`), ``stop_reason: "compaction"``.
 
+A request with ``context_management`` has its edits applied before the turn is taken
+(:mod:`scripted_model.context_edits`: ``clear_tool_uses_20250919``, deterministically): the
+source sees, and ``usage`` counts, the edited request; the response reports
+``context_management.applied_edits`` (in ``message_delta`` when streaming).
+
 ``POST /v1/messages/count_tokens`` answers ``{"input_tokens": n}`` with the same deterministic count
-the messages' ``usage`` reports (a quarter of the JSON size of system, messages and tools); its
+the messages' ``usage`` reports (a quarter of the JSON size of system, messages and tools; after
+the request's ``context_management`` edits, with ``context_management.original_input_tokens``); its
 requests are recorded apart (:attr:`LocalModelServer.count_requests`).
 
 Timing: ``message_start`` (and the first ``content_block_start``) are sent at once, as the real API does;
@@ -62,6 +68,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from scripted_model import wire
+from scripted_model.context_edits import apply_context_management
 from scripted_model.script import LocalModelError, Responder, Script, ScriptExhausted, Turn
 
 __all__ = ["InjectedError", "LocalModelServer", "RecordedRequest"]
@@ -343,6 +350,13 @@ class LocalModelServer:
         compaction = body.get("compaction")
         if compaction is not None:
             return self._compaction_response(record, body, compaction, request_id)
+        managed: dict[str, Any] | None = None
+        if body.get("context_management") is not None:
+            edited = apply_context_management(body)
+            if isinstance(edited, str):
+                return _error_response(400, "invalid_request_error", edited, request_id=request_id)
+            body, applied = edited
+            managed = {"applied_edits": applied}
         try:
             turn = await self._next_turn(body, consume=injected is None)
         except ScriptExhausted as exc:
@@ -365,6 +379,7 @@ class LocalModelServer:
             stop_reason=turn.resolved_stop_reason,
             stop_sequence=turn.stop_sequence,
             input_tokens=wire.count_input_tokens(body),
+            context_management=managed,
         )
         events = wire.stream_events(
             message,
@@ -427,9 +442,16 @@ class LocalModelServer:
         problem = wire.validate_request({"max_tokens": 1, **body} if isinstance(body, Mapping) else body)
         if problem is not None:
             return _error_response(400, "invalid_request_error", problem, request_id=request_id)
-        return JSONResponse(
-            {"input_tokens": wire.count_input_tokens(body)}, headers={"request-id": request_id}
-        )
+        answer: dict[str, Any] = {"input_tokens": wire.count_input_tokens(body)}
+        if body.get("context_management") is not None:  # counted after the edits
+            edited = apply_context_management({"max_tokens": 1, **body})
+            if isinstance(edited, str):
+                return _error_response(400, "invalid_request_error", edited, request_id=request_id)
+            answer = {
+                "input_tokens": wire.count_input_tokens(edited[0]),
+                "context_management": {"original_input_tokens": answer["input_tokens"]},
+            }
+        return JSONResponse(answer, headers={"request-id": request_id})
 
     async def _not_found(self, request: Request) -> Response:
         return _error_response(

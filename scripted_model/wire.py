@@ -236,9 +236,11 @@ def message_json(
     stop_reason: StopReason,
     stop_sequence: str | None,
     input_tokens: int,
+    context_management: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The complete ``message`` object (the non-streaming response body)."""
-    return {
+    """The complete ``message`` object (the non-streaming response body); ``context_management``:
+    the edits applied, for a request that asked for them."""
+    message = {
         "id": message_id,
         "type": "message",
         "role": "assistant",
@@ -248,6 +250,9 @@ def message_json(
         "stop_sequence": stop_sequence if stop_reason == "stop_sequence" else None,
         "usage": usage_json(input_tokens, count_output_tokens(content)),
     }
+    if context_management is not None:
+        message["context_management"] = dict(context_management)
+    return message
 
 
 @dataclass(frozen=True)
@@ -321,6 +326,7 @@ def stream_events(
     """The events that stream ``message`` (a :func:`message_json` object), in order."""
     usage = message["usage"]
     skeleton = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    skeleton.pop("context_management", None)  # sent with message_delta, as the API does
     skeleton["usage"] = {**usage, "output_tokens": 1}
     events = [SseEvent("message_start", {"type": "message_start", "message": skeleton})]
     for index, block in enumerate(message["content"]):
@@ -334,21 +340,19 @@ def stream_events(
             events.append(SseEvent("ping", {"type": "ping"}))
         events.extend(deltas)
         events.append(SseEvent("content_block_stop", {"type": "content_block_stop", "index": index}))
-    events.append(
-        SseEvent(
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
-                "usage": {
-                    "input_tokens": usage["input_tokens"],
-                    "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
-                    "cache_read_input_tokens": usage["cache_read_input_tokens"],
-                    "output_tokens": usage["output_tokens"],
-                },
-            },
-        )
-    )
+    delta: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": message["stop_reason"], "stop_sequence": message["stop_sequence"]},
+        "usage": {
+            "input_tokens": usage["input_tokens"],
+            "cache_creation_input_tokens": usage["cache_creation_input_tokens"],
+            "cache_read_input_tokens": usage["cache_read_input_tokens"],
+            "output_tokens": usage["output_tokens"],
+        },
+    }
+    if "context_management" in message:
+        delta["context_management"] = message["context_management"]
+    events.append(SseEvent("message_delta", delta))
     events.append(SseEvent("message_stop", {"type": "message_stop"}))
     return events
 

@@ -4,17 +4,23 @@
 The step function builds the next request and passes it through :func:`fit_request` (pure), which
 answers, in order:
 
-1. the request fits (its estimate is at most the budget): send it unchanged;
-2. oversized tool results (each over half the budget) are cut in the request, with a note; the
+1. the request is under the trigger (``clear_tool_uses_trigger_share`` of the budget): send it
+   unchanged;
+2. old tool results are cleared (:mod:`~control_plane.harness.tool_clearing`): by the harness in
+   the request, or, for ``harness.context_edit_models``, by the server (every request of those
+   carries ``context_management``; the harness simulates the edit to estimate): send that if it
+   fits the budget;
+3. oversized tool results (each over half the budget) are cut in the request, with a note; the
    log keeps them whole: send that if it fits;
-3. compact: summarize the longest prefix of the conversation that ends with a user message and
+4. compact: summarize the longest prefix of the conversation that ends with a user message and
    whose summarization request fits in nine tenths of the budget (more than a previous summary
    alone), keeping the rest as the recent tail. Where the model's endpoint takes the Messages
    API's ``compaction`` parameter (``harness.compaction_api_models``) the request carries it and
    the reply is a ``compaction`` block, kept verbatim; elsewhere it is an ordinary request asking
    for a summary (no tools may be called). The request keeps the system prompt and tools, so its
-   prompt-cache prefix is the session's own;
-4. otherwise (nothing to compact fits, or ``compaction_max_in_a_row`` compactions without a model
+   prompt-cache prefix is the session's own. It carries no ``context_management`` (the API
+   forbids both);
+5. otherwise (nothing to compact fits, or ``compaction_max_in_a_row`` compactions without a model
    reply): ``session.error`` ``compaction_limit_reached_error`` (``exhausted``) and
    ``session.status_idle`` ``retries_exhausted``, as the hosted product ends such a turn.
 
@@ -42,6 +48,7 @@ from control_plane.harness.config import HarnessConfig
 from control_plane.harness.context_window import chars_of
 from control_plane.harness.fold import SessionState
 from control_plane.harness.model import ModelError
+from control_plane.harness.tool_clearing import Cleared, clear_tool_results, context_management_param
 from control_plane.sessions.usage import Budget, ModelPrice, usage_snapshot
 
 __all__ = [
@@ -94,6 +101,7 @@ class Fitted:
 
     request: dict[str, Any]
     compaction: CompactionPlan | None = None
+    cleared: Cleared | None = None  # old tool results the harness cleared in ``request``
 
 
 def request_chars(request: Mapping[str, Any]) -> int:
@@ -137,14 +145,39 @@ def fit_request(
     ratio = s.context.ratio(prefix)
     if s.context.compacted:
         _mark_summary(request)
-    if estimate_tokens(_fast_chars(s, prefix), ratio) <= budget * _FAST_SHARE:
+    server_edits = config.clear_tool_uses and config.context_edits(agent.model)
+    trigger = budget * config.clear_tool_uses_trigger_share if config.clear_tool_uses else budget
+    if server_edits:
+        request["context_management"] = context_management_param(
+            trigger_tokens=int(trigger),
+            keep=config.clear_tool_uses_keep,
+            at_least_tokens=int(budget * config.clear_tool_uses_at_least_share),
+        )
+    if estimate_tokens(_fast_chars(s, prefix), ratio) <= min(trigger, budget * _FAST_SHARE):
         return Fitted(request)
-    if estimate_tokens(request_chars(request), ratio) <= budget:
+    chars = request_chars(request)
+    if estimate_tokens(chars, ratio) <= trigger:
         return Fitted(request)
     messages: list[dict[str, Any]] = request["messages"]
+    cleared: Cleared | None = None
+    if config.clear_tool_uses:
+        # Clearing old tool results comes first (tool_clearing.py): the server's, or the harness's.
+        batch = int(budget * config.clear_tool_uses_at_least_share * ratio)
+        clear = {"keep": config.clear_tool_uses_keep, "excess_chars": chars - int(trigger * ratio)}
+        if server_edits:  # estimated as the server will clear (no less)
+            simulated = clear_tool_results(
+                copy.deepcopy(messages), s.tool_event_ids(), **clear, batch_chars=batch, at_least_chars=batch
+            )
+            if estimate_tokens(chars - (simulated.chars if simulated else 0), ratio) <= budget:
+                return Fitted(request)
+            # Not enough: the harness clears (a compaction request carries no context_management).
+            del request["context_management"]
+        cleared = clear_tool_results(messages, s.tool_event_ids(), **clear, batch_chars=batch)
+        if cleared is not None and estimate_tokens(request_chars(request), ratio) <= budget:
+            return Fitted(request, cleared=cleared)
     cap = int(budget * ratio / 2)
     if _truncate_results(messages, cap) and estimate_tokens(request_chars(request), ratio) <= budget:
-        return Fitted(request)
+        return Fitted(request, cleared=cleared)
     if s.context.compactions_in_a_row < config.compaction_max_in_a_row:
         count = _compactable(request, prefix, ratio, budget, first=2 if s.context.compacted else 1)
         if count is not None:
@@ -218,7 +251,7 @@ def _compactable(
 def _compaction_request(request: Mapping[str, Any], count: int, api: bool) -> dict[str, Any]:
     messages = copy.deepcopy(request["messages"][:count])
     out: dict[str, Any] = {"model": request["model"], "max_tokens": request["max_tokens"]}
-    for key in ("system", "tools"):
+    for key in ("system", "tools"):  # never context_management: the API forbids it with compaction
         if key in request:
             out[key] = request[key]
     if api:
@@ -290,6 +323,8 @@ async def counted_over_budget(
     chars = request_chars(request)
     if estimate_tokens(chars, ratio) < budget * COUNT_FROM_SHARE:
         return False
+    # Counted as written (before any server-side edit): the count calibrates the estimate of it.
+    request = {k: v for k, v in request.items() if k != "context_management"}
     try:
         tokens = await counter(request)
     except ModelError as exc:

@@ -127,6 +127,37 @@ class HarnessConfig(BaseModel):
         "(skipped once the endpoint answers 404); otherwise the estimate calibrated from the last reply's "
         "usage decides.",
     )
+    clear_tool_uses: bool = Field(
+        True,
+        description="Before compacting, clear the content of old tool results in the request (the log keeps "
+        "them whole): the harness does it, or the server for `context_edit_models`.",
+    )
+    clear_tool_uses_trigger_share: float = Field(
+        0.8,
+        gt=0,
+        le=1,
+        description="Old tool results are cleared when a request's estimate is over this share of the "
+        "budget.",
+    )
+    clear_tool_uses_keep: int = Field(
+        3,
+        ge=0,
+        description="The most recent tool results never cleared (besides those the model has not seen yet).",
+    )
+    clear_tool_uses_at_least_share: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="Clearing frees whole batches of this share of the budget, so the cached prompt prefix "
+        "changes rarely; the server's `clear_at_least` (it clears nothing when it cannot free one).",
+    )
+    context_edit_models: tuple[str, ...] = Field(
+        (),
+        description="Models whose endpoint implements the Messages API's `context_management` edit "
+        "`clear_tool_uses_20250919` (beta `context-management-2025-06-27`): their requests carry it and the "
+        "server clears old tool results; for other models the harness clears them. A dated id falls back "
+        "to its undated entry.",
+    )
     compaction_max_in_a_row: int = Field(
         3,
         ge=1,
@@ -152,6 +183,10 @@ class HarnessConfig(BaseModel):
     def compaction_api(self, model: str) -> bool:
         """Whether ``model``'s endpoint takes the ``compaction`` request parameter."""
         return window_for(dict.fromkeys(self.compaction_api_models, 1), model) is not None
+
+    def context_edits(self, model: str) -> bool:
+        """Whether ``model``'s endpoint clears old tool results itself (``context_management``)."""
+        return window_for(dict.fromkeys(self.context_edit_models, 1), model) is not None
 
     def backoff_s(self, retry: int) -> float:
         """The wait before retry number ``retry`` (1-based) of a failed model request."""

@@ -101,16 +101,18 @@ class ContextState:
     def pushed(self, blocks: Sequence[Mapping[str, Any]]) -> None:
         self.message_chars += sum(chars_of(b) for b in blocks)
 
-    def request_started(self) -> None:
-        self.sent_chars = self.message_chars
+    def request_started(self, cleared_chars: int = 0) -> None:
+        """A request starts; ``cleared_chars``: what the harness cleared of its tool results."""
+        self.sent_chars = max(0, self.message_chars - cleared_chars)
 
-    def replied(self, usage: Any) -> None:
-        """A model reply (not a compaction) arrived with ``usage``."""
+    def replied(self, usage: Any, cleared_tokens: int = 0) -> None:
+        """A model reply (not a compaction) arrived with ``usage``; ``cleared_tokens``: input
+        tokens the server's context edits cleared (the calibration is of the request as sent)."""
         self.compactions_in_a_row = 0
         self.counted = None
         if isinstance(usage, Mapping) and self.sent_chars is not None:
             keys = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
-            tokens = sum(int(usage.get(k) or 0) for k in keys)
+            tokens = sum(int(usage.get(k) or 0) for k in keys) + max(0, cleared_tokens)
             if tokens > 0:
                 self.calibration = (self.sent_chars, tokens)
         self.sent_chars = None

@@ -273,7 +273,9 @@ class SessionDriver:
             start_id = self._ctx.new_id()
             if decision.effect.provision and self._ctx.config.eager_provision:
                 await self._start_provisioning()
-            appends.append(ev.Draft(ev.SPAN_MODEL_REQUEST_START, {}, start_id))
+            appends.append(
+                ev.Draft(ev.SPAN_MODEL_REQUEST_START, decision.effect.span_start_payload(), start_id)
+            )
         if appends:
             await self._append_with_status(appends, expected_seq=self._state.last_seq)
         if isinstance(decision.effect, CallModel):

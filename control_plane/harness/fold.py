@@ -47,6 +47,7 @@ from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.context_window import ContextState, compacted_messages
 from control_plane.harness.outcome_state import OutcomeTracker
+from control_plane.harness.tool_clearing import cleared_input_tokens
 from control_plane.sessions.usage import Budget
 
 __all__ = ["Answer", "SessionState", "ToolUse", "build_request", "fold"]
@@ -204,7 +205,10 @@ class SessionState:
     def _span_start(self, event: ev.LogEvent) -> None:
         self.open_span = event.id
         self._commit_staged()
-        self.context.request_started()  # context window: the size of what this request sent
+        # Context window: the size of what this request sent (less the tool results it cleared).
+        cleared = event.payload.get("cleared_tool_results")
+        chars = cleared.get("characters") if isinstance(cleared, Mapping) else None
+        self.context.request_started(chars if isinstance(chars, int) else 0)
 
     def _span_end(self, event: ev.LogEvent) -> None:
         payload = event.payload
@@ -222,7 +226,8 @@ class SessionState:
             return
         self.model_due = False
         self.failures = 0
-        self.context.replied(usage)  # context window: calibrate the estimate
+        # Context window: calibrate the estimate (with what server-side edits cleared).
+        self.context.replied(usage, cleared_input_tokens(payload.get("context_management")))
         stop_reason = message.get("stop_reason")
         self.last_stop_reason = stop_reason if isinstance(stop_reason, str) else None
         content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
@@ -332,6 +337,10 @@ class SessionState:
             self.messages[-1]["content"].extend(blocks)
         else:
             self.messages.append({"role": role, "content": blocks})
+
+    def tool_event_ids(self) -> dict[str, str]:
+        """The event id of every tool use, by the model's ``tool_use`` id."""
+        return {tool.block_id: event_id for event_id, tool in self._tools.items()}
 
     def conversation(self) -> list[dict[str, Any]]:
         """The messages for the next model request (a deep copy; staged content included)."""

@@ -245,17 +245,23 @@ class AnthropicModelClient:
 
 #: The beta a request with the ``compaction`` parameter needs.
 COMPACTION_BETA = "compact-2026-09-04"
+#: The beta a request with the ``context_management`` parameter needs.
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
 
 
 def _with_betas(headers: Mapping[str, str], request: Mapping[str, Any]) -> Mapping[str, str]:
     """``headers``, plus ``anthropic-beta`` for the betas ``request`` uses: the ``compaction``
-    parameter, or a ``compaction`` block (sent first, where the harness puts it)."""
+    parameter, or a ``compaction`` block (sent first, where the harness puts it); the
+    ``context_management`` parameter."""
     messages = request.get("messages") or [{}]
     first = messages[0].get("content") if isinstance(messages[0], Mapping) else None
     block = first[0] if isinstance(first, list) and first else None
-    if "compaction" not in request and not (isinstance(block, Mapping) and block.get("type") == "compaction"):
-        return headers
-    return {**headers, "anthropic-beta": COMPACTION_BETA}
+    betas = []
+    if "compaction" in request or (isinstance(block, Mapping) and block.get("type") == "compaction"):
+        betas.append(COMPACTION_BETA)
+    if "context_management" in request:
+        betas.append(CONTEXT_MANAGEMENT_BETA)
+    return {**headers, "anthropic-beta": ",".join(betas)} if betas else headers
 
 
 def _describe(exc: BaseException) -> str:
@@ -389,6 +395,8 @@ class _MessageAccumulator:
         message["stop_details"] = delta.get("stop_details")
         if delta.get("container") is not None:
             message["container"] = delta["container"]
+        if payload.get("context_management") is not None:  # the server's context edits
+            message["context_management"] = payload["context_management"]
         usage = payload.get("usage") or {}
         totals = message.setdefault("usage", {})
         totals["output_tokens"] = usage.get("output_tokens")

@@ -62,6 +62,7 @@ from control_plane.harness.fold import SessionState, ToolUse, build_request, fol
 from control_plane.harness.mcp_offer import McpOffer, unavailable_server_events
 from control_plane.harness.outcomes import GradeOutcome, interrupted_evaluation, next_action, regrade
 from control_plane.harness.repository_errors import repository_error_for
+from control_plane.harness.tool_clearing import Cleared
 from control_plane.sessions.usage import Budget, ModelPrice, usage_snapshot
 from outpost_wire.errors import ErrorCode, OutpostError, RemoteError
 from outpost_wire.results import ToolResult
@@ -101,6 +102,11 @@ class CallModel:
     provision: bool = False
     mcp: McpOffer | None = None  # the MCP tools in ``request`` (None: none were offered)
     compaction: CompactionPlan | None = None  # a compaction request (context window: compaction.py)
+    cleared: Cleared | None = None  # old tool results cleared in ``request`` (tool_clearing.py)
+
+    def span_start_payload(self) -> dict[str, Any]:
+        """The ``span.model_request_start`` payload: what the harness cleared, if anything."""
+        return {} if self.cleared is None else {"cleared_tool_results": self.cleared.to_json()}
 
 
 @dataclass(frozen=True, slots=True)
@@ -297,6 +303,8 @@ def _model_decision(
     if fitted.compaction is not None:
         call = replace(call, request=fitted.request, compaction=fitted.compaction, provision=False)
         reason = "compact the context"
+    elif fitted.cleared is not None:
+        call = replace(call, cleared=fitted.cleared)
     return Decision(appends + errors, call, reason=reason)
 
 
@@ -354,18 +362,16 @@ def model_output_events(
         elif kind == "tool_use":
             drafts.append(_tool_use_event(agent, block, event_id, mcp))
     usage = _model_usage(message.get("usage"))
-    drafts.append(
-        ev.Draft(
-            ev.SPAN_MODEL_REQUEST_END,
-            {
-                "model_request_start_id": start_id,
-                "model_usage": usage,
-                "is_error": False,
-                "assistant_message": dict(message),
-                "content_event_ids": list(block_event_ids),
-            },
-        )
-    )
+    span_end = {
+        "model_request_start_id": start_id,
+        "model_usage": usage,
+        "is_error": False,
+        "assistant_message": dict(message),
+        "content_event_ids": list(block_event_ids),
+    }
+    if isinstance(message.get("context_management"), Mapping):  # the server's edits (applied_edits)
+        span_end["context_management"] = dict(message["context_management"])
+    drafts.append(ev.Draft(ev.SPAN_MODEL_REQUEST_END, span_end))
     total = {k: int(usage_before.get(k, 0)) + usage[k] for k in usage}
     snapshot = {"usage": usage_snapshot(total, price), "budget": budget.to_json() if budget else None}
     drafts.append(ev.Draft(ev.SESSION_USAGE, snapshot))

@@ -21,9 +21,11 @@ from control_plane.bus import EventBus
 from control_plane.harness import AnthropicModelClient, Harness, HarnessConfig
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.compaction import COMPACTION_LIMIT_ERROR, SUMMARIZE_INSTRUCTIONS, TRUNCATED_NOTE
+from control_plane.harness.tool_clearing import CLEARED_NOTE
 from control_plane.store import SqliteStore
 from outpost_wire.results import ToolResult
 from scripted_model import LocalModelServer, RecordedRequest, Turn, wire
+from scripted_model.context_edits import apply_context_management
 from tests.support.harness import (
     FAST,
     FakeGateway,
@@ -130,8 +132,10 @@ async def run_session(
 
 @pytest.mark.parametrize("api", [False, True], ids=["summarization-request", "compaction-parameter"])
 async def test_tool_outputs_of_ten_budgets_complete_under_the_budget(store: SqliteStore, api: bool) -> None:
-    # The harness path estimates alone; the API path also counts near the budget.
-    config = CONFIG.model_copy(update={"compaction_api_models": [MODEL] if api else [], "count_tokens": api})
+    # The harness path estimates alone; the API path also counts near the budget. Compaction alone:
+    # clearing old tool results (the test below) would keep requests under the count's threshold.
+    update = {"compaction_api_models": [MODEL] if api else [], "count_tokens": api, "clear_tool_uses": False}
+    config = CONFIG.model_copy(update=update)
     agent = Agent()
     gateway = BigOutputGateway()
     async with LocalModelServer(agent) as server:
@@ -269,3 +273,76 @@ async def test_the_model_client_counts_and_remembers_an_endpoint_that_does_not()
         assert await elsewhere.count_tokens(body) is None
         await elsewhere.close()
         assert len(server.count_requests) == 1
+
+
+# -- clearing old tool results before compacting (harness/tool_clearing.py) ------------------------
+SMALL_RESULT_CHARS = 2400  # ~600 tokens each: 70 of them are ~10x the budget, 3 kept fit in it
+CLEAR_CALLS = 70
+
+
+def sent_tokens(request: RecordedRequest) -> int:
+    """The request's size as the model saw it: after the server's context edits, if it asked for any."""
+    if request.body.get("context_management") is None:
+        return request_tokens(request)
+    edited = apply_context_management(request.body)
+    assert not isinstance(edited, str), edited
+    return wire.count_input_tokens(edited[0])
+
+
+async def _clearing_run(store: SqliteStore, config: HarnessConfig) -> tuple[list[Any], list[RecordedRequest]]:
+    gateway = BigOutputGateway({f"cat part{i}": SMALL_RESULT_CHARS for i in range(1, CLEAR_CALLS + 1)})
+    async with LocalModelServer(Agent(calls=CLEAR_CALLS)) as server:
+        _, events = await run_session(store, server, gateway, config, "Read every part.")
+        return events, server.requests
+
+
+@pytest.mark.parametrize("server_side", [False, True], ids=["harness-clears", "context-management"])
+async def test_clearing_old_tool_results_postpones_compaction(store: SqliteStore, server_side: bool) -> None:
+    baseline, _ = await _clearing_run(store, CONFIG.model_copy(update={"clear_tool_uses": False}))
+    # The shipped batch (5 % of the budget) is smaller than one result here (15 %): 20 % clears
+    # two at a time, so the server's clear_at_least can be met with the 3 latest results kept.
+    edits: dict[str, Any] = {"clear_tool_uses_at_least_share": 0.2}
+    if server_side:
+        edits["context_edit_models"] = [MODEL]
+    events, requests = await _clearing_run(store, CONFIG.model_copy(update=edits))
+
+    compactions = [e for e in events if e.type == ev.AGENT_THREAD_CONTEXT_COMPACTED]
+    before = [e for e in baseline if e.type == ev.AGENT_THREAD_CONTEXT_COMPACTED]
+    path = "server" if server_side else "harness"
+    print(f"compactions: {len(before)} without clearing, {len(compactions)} with clearing ({path})")
+    assert idle_count(events) == 1
+    final = [e for e in events if e.type == ev.AGENT_MESSAGE][-1]
+    assert final.payload["content"][0]["text"] == "All parts read."
+    assert max(sent_tokens(r) for r in requests) <= BUDGET
+    results = [e for e in events if e.type == ev.AGENT_TOOL_RESULT]
+    assert len(results) == CLEAR_CALLS
+    assert sum(len(r.payload["content"][0]["text"]) for r in results) // 4 >= 10 * BUDGET
+    # The log keeps every tool result whole: events.list reads the same log.
+    assert all(len(r.payload["content"][0]["text"]) == SMALL_RESULT_CHARS for r in results)
+    # Without clearing a call adds ~675 tokens for good, a compaction makes room for ~4 calls (22
+    # of them for 70 calls); cleared, a call adds ~100 (its tool_use block and the placeholder),
+    # room for ~15 calls: at most a third as many compactions (measured: 22 against 4 or 5).
+    assert len(before) >= 15
+    assert len(compactions) * 3 <= len(before)
+    note = CLEARED_NOTE.split(";")[0]
+    model_requests = [r for r in requests if not is_summarization(r.body)]
+    starts = [e for e in events if e.type == ev.SPAN_MODEL_REQUEST_START]
+    harness_cleared = [r for r in model_requests if note in json.dumps(r.body)]
+    recorded = [s for s in starts if s.payload.get("cleared_tool_results")]
+    assert len(recorded) == len(harness_cleared)  # the span start records what the harness cleared
+    if server_side:
+        managed = [r for r in model_requests if "context_management" in r.body]
+        assert len(managed) > len(model_requests) / 2, (len(managed), len(model_requests))
+        assert all("context-management-2025-06-27" in r.headers.get("anthropic-beta", "") for r in managed)
+        # Where the server's edit would not be enough the harness clears, without context_management.
+        assert not any(note in json.dumps(r.body) for r in managed)
+        ends = [
+            e for e in events if e.type == ev.SPAN_MODEL_REQUEST_END and "context_management" in e.payload
+        ]
+        applied = [a for e in ends for a in e.payload["context_management"]["applied_edits"]]
+        assert applied and all(a["type"] == "clear_tool_uses_20250919" for a in applied)
+    else:
+        assert not any("context_management" in r.body for r in requests)
+        assert harness_cleared
+    # A compaction request never carries context_management (the API forbids it).
+    assert not any("context_management" in r.body for r in requests if is_summarization(r.body))

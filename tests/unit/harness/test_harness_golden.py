@@ -251,7 +251,18 @@ def _context_limit_reached(log: Log) -> None:
     log.user("y " * 5000)
 
 
+def _five_results(log: Log) -> None:
+    """Five tool results of ~250 tokens: over the trigger (80 %), not the budget; two may be cleared."""
+    log.user("Read the logs.")
+    log.running()
+    for name in "abcde":
+        ids = log.model([tool_use(f"toolu_{name}", "bash", {"command": f"cat {name}.log"})], "tool_use")
+        log.result(ids[0], f"{name}.log: " + "x" * 1000)
+
+
 CONTEXT_SCENARIOS: dict[str, Callable[[Log], None]] = {
+    "context_old_tool_results_cleared": _five_results,
+    "context_edits_server_side": _five_results,
     "context_over_budget_compacts": _two_long_results,
     "context_over_budget_compaction_api": _two_long_results,
     "context_after_compaction_next_call": _context_compaction_after,
@@ -259,7 +270,8 @@ CONTEXT_SCENARIOS: dict[str, Callable[[Log], None]] = {
     "context_limit_reached": _context_limit_reached,
 }
 CONTEXT_CONFIGS: dict[str, dict[str, Any]] = {name: dict(CONTEXT_CONFIG) for name in CONTEXT_SCENARIOS} | {
-    "context_over_budget_compaction_api": CONTEXT_CONFIG | {"compaction_api_models": ["claude-test"]}
+    "context_over_budget_compaction_api": CONTEXT_CONFIG | {"compaction_api_models": ["claude-test"]},
+    "context_edits_server_side": CONTEXT_CONFIG | {"context_edit_models": ["claude-test"]},
 }
 
 
@@ -351,6 +363,8 @@ def decision_json(decision: Decision) -> dict[str, Any]:
             "provision": decision.effect.provision,
             "request": decision.effect.request,
         }
+        if decision.effect.cleared is not None:
+            effect["cleared_tool_results"] = decision.effect.cleared.to_json()
         if decision.effect.compaction is not None:
             effect["compaction"] = {
                 "messages": decision.effect.compaction.messages,
