@@ -151,8 +151,8 @@ class SandboxManager:
         ``warm_pool_size``: paused sandboxes kept ready for new sessions (0 = no pool), at most
         ``max_sandboxes``; see :mod:`.pool`. ``memory``: the host side of memory-store mounts
         (:mod:`.memory_mounts`); None = a spec naming memory stores is refused. ``content``: the
-        host side of files and skills (:mod:`.content_mounts`), mounted in every sandbox made
-        afresh (not a warm-pool member's); None = none."""
+        host side of files and skills (:mod:`.content_mounts`), mounted in a sandbox made afresh for
+        a session that has files or skills; None = none."""
         if not edge_id:
             raise ValueError("edge_id must not be empty")
         if max_sandboxes < 1:
@@ -600,7 +600,13 @@ class SandboxManager:
     async def _memory_binds(
         self, session_id: str, limits: SandboxLimits
     ) -> tuple[tuple[str, str, bool], ...]:
-        content = await asyncio.to_thread(self.content.binds, session_id) if self.content else ()
+        # Only for a session with files or skills: a bind mount's source must exist on the Docker
+        # host, which an edge that does not share the host's filesystem cannot give (systemd in a
+        # container, the edge's own container with a named volume), so sessions without them
+        # must not depend on it.
+        content: tuple[tuple[str, str, bool], ...] = ()
+        if self.content is not None and limits.blob_mounts:
+            content = await asyncio.to_thread(self.content.binds, session_id)
         if not limits.memory_mounts:
             return content
         if self.memory is None:

@@ -98,11 +98,11 @@ async def test_refusals(repo_api: VaultApi) -> None:
             resources=[{"type": "github_repository", "url": f"https://x:{TOKEN}@git.internal/a.git"}],
         )
     assert TOKEN not in str(info.value)
-    with pytest.raises(anthropic.BadRequestError, match="not supported"):
+    with pytest.raises(anthropic.NotFoundError, match="file_1"):  # file resources are served now
         await new_session(repo_api, resources=[{"type": "file", "file_id": "file_1"}])
     session = await new_session(repo_api, resources=[{"type": "github_repository", "url": URL}])
     (app,) = session.resources
-    with pytest.raises(anthropic.BadRequestError, match="file"):
+    with pytest.raises(anthropic.NotFoundError, match="file_1"):
         await resources.add(session.id, type="file", file_id="file_1")
     with pytest.raises(anthropic.BadRequestError, match="authorization_token"):
         await resources.update(app.id, session_id=session.id, authorization_token="has spaces")
