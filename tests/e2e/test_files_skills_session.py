@@ -4,17 +4,14 @@ the tunnel to a real edge and mounted read-only in its Docker sandbox, seen by b
 from __future__ import annotations
 
 import hashlib
-import json
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator
 
 import anthropic
 import pytest
 
 from control_plane.server import ControlPlane
 from scripted_model import LocalModelServer
-from scripted_model.responders import last_prompt_text, tool_results_since_prompt
-from scripted_model.script import Turn
+from tests.support.e2e import calls_responder, result_text, run_calls
 
 pytestmark = pytest.mark.docker
 
@@ -23,37 +20,10 @@ SKILL_MD = (
 )
 
 
-def _responder(request: Mapping[str, Any]) -> Turn:
-    """The prompt is a JSON list of tool calls: make them in order, then end the turn."""
-    calls = json.loads(last_prompt_text(request) or "[]")
-    done = len(tool_results_since_prompt(request))
-    if done < len(calls):
-        name, tool_input = calls[done]
-        return Turn.tool_use(name, tool_input)
-    return Turn.text("done")
-
-
 @pytest.fixture
 async def model_server() -> AsyncIterator[LocalModelServer]:
-    async with LocalModelServer(_responder) as server:
+    async with LocalModelServer(calls_responder) as server:
         yield server
-
-
-async def _run(client: anthropic.AsyncAnthropic, session_id: str, calls: list[Any]) -> list[Any]:
-    stream = await client.beta.sessions.events.stream(session_id)
-    await client.beta.sessions.events.send(
-        session_id,
-        events=[{"type": "user.message", "content": [{"type": "text", "text": json.dumps(calls)}]}],
-    )
-    async for event in stream:
-        if event.type == "session.status_idle":
-            break
-    results = [e async for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"]
-    return results[-len(calls) :]
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(block, "text", "") or "" for block in result.content or [])
 
 
 async def test_files_and_a_skill_are_mounted_read_only(
@@ -88,7 +58,7 @@ async def test_files_and_a_skill_are_mounted_read_only(
         ],
     )
     uploads = f"/mnt/session/uploads/{small_file.id}"
-    results = await _run(
+    results = await run_calls(
         client,
         session.id,
         [
@@ -105,7 +75,7 @@ async def test_files_and_a_skill_are_mounted_read_only(
             ["bash", {"command": "echo x > /mnt/skills/csv-stats/SKILL.md"}],
         ],
     )
-    texts = [_text(r) for r in results]
+    texts = [result_text(r) for r in results]
     assert [r.is_error for r in results] == [False, False, False, True, True], texts
     assert texts[0].strip() == small.decode().strip()
     assert hashlib.sha256(large).hexdigest() in texts[1]
@@ -122,10 +92,10 @@ async def test_files_and_a_skill_are_mounted_read_only(
     )
     first = next(r for r in session.resources if getattr(r, "file_id", None) == small_file.id)
     await client.beta.sessions.resources.delete(first.id, session_id=session.id)
-    results = await _run(
+    results = await run_calls(
         client, session.id, [["bash", {"command": f"cat /mnt/session/later.txt; ls {uploads}"}]]
     )
-    text = _text(results[0])
+    text = result_text(results[0])
     assert "added later" in text and "No such file" in text, text
     assert added.mount_path == "/mnt/session/later.txt"
 

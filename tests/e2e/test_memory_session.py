@@ -5,8 +5,7 @@ truly read-only; two sessions writing the same memory at once lose nothing."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -15,44 +14,17 @@ import pytest
 
 from control_plane.server import ControlPlane
 from scripted_model import LocalModelServer
-from scripted_model.responders import last_prompt_text, tool_results_since_prompt
-from scripted_model.script import Turn
 from tests.support.docker_engine import exists_in_session_sandbox, session_container
+from tests.support.e2e import calls_responder, result_text, run_calls
 from tests.support.waiting import eventually
 
 pytestmark = pytest.mark.docker
 
 
-def _responder(request: Mapping[str, Any]) -> Turn:
-    """The prompt is a JSON list of tool calls: make them in order, then end the turn."""
-    calls = json.loads(last_prompt_text(request) or "[]")
-    done = len(tool_results_since_prompt(request))
-    if done < len(calls):
-        name, tool_input = calls[done]
-        return Turn.tool_use(name, tool_input)
-    return Turn.text("done")
-
-
 @pytest.fixture
 async def model_server() -> AsyncIterator[LocalModelServer]:
-    async with LocalModelServer(_responder) as server:
+    async with LocalModelServer(calls_responder) as server:
         yield server
-
-
-async def _run(client: anthropic.AsyncAnthropic, session_id: str, calls: list[Any]) -> list[Any]:
-    stream = await client.beta.sessions.events.stream(session_id)
-    await client.beta.sessions.events.send(
-        session_id,
-        events=[{"type": "user.message", "content": [{"type": "text", "text": json.dumps(calls)}]}],
-    )
-    async for event in stream:
-        if event.type == "session.status_idle":
-            break
-    return [e async for e in client.beta.sessions.events.list(session_id) if e.type == "agent.tool_result"]
-
-
-def _text(result: Any) -> str:
-    return "".join(getattr(block, "text", "") or "" for block in result.content or [])
 
 
 async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_read_only(
@@ -87,7 +59,7 @@ async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_
         mounted[store.id].name == "User Notes" and mounted[store.id].description == "What the user told us."
     )
 
-    results = await _run(
+    results = await run_calls(
         client,
         session.id,
         [
@@ -105,10 +77,10 @@ async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_
             ],
         ],
     )
-    assert [r.is_error for r in results] == [False, True, False], [_text(r) for r in results]
-    assert "fixed" in _text(results[0])
-    assert "Read-only file system" in _text(results[1])
-    assert "base\nhello" in _text(results[2])
+    assert [r.is_error for r in results] == [False, True, False], [result_text(r) for r in results]
+    assert "fixed" in result_text(results[0])
+    assert "Read-only file system" in result_text(results[1])
+    assert "base\nhello" in result_text(results[2])
 
     memories = {m.path: m async for m in client.beta.memory_stores.memories.list(store.id)}
     assert set(memories) == {"/notes.md", "/sub.md"}
@@ -128,7 +100,7 @@ async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_
     assert [m.content for m in fixed] == ["fixed\n"]
 
     # The file tools reach the mounts too, and a read-only mount refuses them as it refuses bash.
-    results = await _run(
+    results = await run_calls(
         client,
         session.id,
         [
@@ -141,13 +113,12 @@ async def test_bash_writes_a_memory_that_the_sdk_reads_back_and_read_only_stays_
             ["grep", {"pattern": "new", "path": "/mnt/memory"}],
         ],
     )
-    results = results[3:]
-    assert [r.is_error for r in results] == [False, True, False, False], [_text(r) for r in results]
-    assert _text(results[0]) == "fixed\n"
-    assert _text(results[1]) == (
+    assert [r.is_error for r in results] == [False, True, False, False], [result_text(r) for r in results]
+    assert result_text(results[0]) == "fixed\n"
+    assert result_text(results[1]) == (
         "write: /mnt/memory/facts/f.md: read-only: /mnt/memory/facts is mounted read-only"
     )
-    assert _text(results[3]) == "/mnt/memory/user-notes/sub.md:1:new"
+    assert result_text(results[3]) == "/mnt/memory/user-notes/sub.md:1:new"
     notes = await client.beta.memory_stores.memories.retrieve(
         memories["/notes.md"].id, memory_store_id=store.id
     )
@@ -197,7 +168,7 @@ async def test_two_sessions_writing_one_memory_at_once_lose_nothing(
 
     hold = "touch /workspace/started; while [ ! -e /workspace/go ]; do sleep 0.05; done"
     run_a = asyncio.create_task(
-        _run(client, session_a.id, [["bash", {"command": f"{hold}; echo A >> {path}"}]])
+        run_calls(client, session_a.id, [["bash", {"command": f"{hold}; echo A >> {path}"}]])
     )
     try:
         # A's call runs in its sandbox, which holds the baseline ("base"), and waits.
@@ -206,9 +177,11 @@ async def test_two_sessions_writing_one_memory_at_once_lose_nothing(
             180,
             "session A's bash call to start",
         )
-        results_b = await _run(client, session_b.id, [["write", {"file_path": path, "content": "base\nB\n"}]])
-        assert [r.is_error for r in results_b] == [False], [_text(r) for r in results_b]
-        assert "Memory conflict" not in _text(results_b[0])
+        results_b = await run_calls(
+            client, session_b.id, [["write", {"file_path": path, "content": "base\nB\n"}]]
+        )
+        assert [r.is_error for r in results_b] == [False], [result_text(r) for r in results_b]
+        assert "Memory conflict" not in result_text(results_b[0])
         # B's write is a memory version (written back before its tool result was recorded).
         by_b = [
             v async for v in client.beta.memory_stores.memory_versions.list(store.id, session_id=session_b.id)
@@ -224,8 +197,8 @@ async def test_two_sessions_writing_one_memory_at_once_lose_nothing(
         run_a.cancel()
 
     # A lost the race: its tool result carries the conflict note naming its recorded version.
-    assert [r.is_error for r in results_a] == [False], [_text(r) for r in results_a]
-    note = _text(results_a[0])
+    assert [r.is_error for r in results_a] == [False], [result_text(r) for r in results_a]
+    note = result_text(results_a[0])
     assert "Memory conflict: " in note and "another writer" in note, note
 
     # The current content is the first writer's (B's) ...
