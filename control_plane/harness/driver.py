@@ -397,16 +397,7 @@ class SessionDriver:
         except _Interrupted:
             return  # the next step closes the span and ends the turn
         except ModelError as exc:
-            log.warning("session %s: model request failed (attempt %d): %s", self._sid, call.attempt, exc)
-            drafts = model_failure_events(
-                attempt=call.attempt,
-                config=self._ctx.config,
-                error_type=exc.error_type,
-                message=exc.message,
-                retryable=exc.retryable,
-                start_id=start_id,
-            )
-            await self._append_with_status(drafts)
+            await self._model_failed("model", call, start_id, exc)
             return
         finally:
             if timer is not None:
@@ -425,6 +416,19 @@ class SessionDriver:
         await self._append(drafts)
         self._usage_due = drafts[-1].payload["usage"]
 
+    async def _model_failed(self, what: str, call: CallModel, start_id: str, exc: ModelError) -> None:
+        """A model or compaction request failed: its span ends, and a retry or the error follows."""
+        log.warning("session %s: %s request failed (attempt %d): %s", self._sid, what, call.attempt, exc)
+        drafts = model_failure_events(
+            attempt=call.attempt,
+            config=self._ctx.config,
+            error_type=exc.error_type,
+            message=exc.message,
+            retryable=exc.retryable,
+            start_id=start_id,
+        )
+        await self._append_with_status(drafts)
+
     async def _compact(self, call: CallModel, start_id: str) -> None:
         """A compaction request; its outcome is appended at once, as a model turn's (compaction.py)."""
         assert self._agent is not None and call.compaction is not None
@@ -434,18 +438,7 @@ class SessionDriver:
         except _Interrupted:
             return  # the next step closes the span and ends the turn
         except ModelError as exc:
-            log.warning(
-                "session %s: compaction request failed (attempt %d): %s", self._sid, call.attempt, exc
-            )
-            drafts = model_failure_events(
-                attempt=call.attempt,
-                config=self._ctx.config,
-                error_type=exc.error_type,
-                message=exc.message,
-                retryable=exc.retryable,
-                start_id=start_id,
-            )
-            await self._append_with_status(drafts)
+            await self._model_failed("compaction", call, start_id, exc)
             return
         price = self._ctx.config.price_of(self._agent.model)
         drafts = compaction_events(
