@@ -16,7 +16,8 @@ boundary, no file at all. The body-size middleware allows the file cap plus
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, Iterator
+from contextlib import contextmanager
 
 from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
@@ -25,7 +26,14 @@ from starlette.requests import ClientDisconnect, Request
 from control_plane.errors import InvalidRequest
 from control_plane.files import UploadFields
 
-__all__ = ["MULTIPART_OVERHEAD_BYTES", "MultipartUpload"]
+__all__ = [
+    "MULTIPART_OVERHEAD_BYTES",
+    "MultipartUpload",
+    "PartHeaders",
+    "decode_text",
+    "multipart_boundary",
+    "parse_errors",
+]
 
 #: What a multipart body may carry beyond the file's bytes (boundaries, parts' headers, fields).
 MULTIPART_OVERHEAD_BYTES = 64 * 1024
@@ -34,15 +42,73 @@ _MAX_HEADER_BYTES = 4096  # one part's headers together
 _MAX_FIELD_BYTES = 256  # one text field's value
 
 
+def multipart_boundary(request: Request) -> bytes:
+    """The body's boundary; 400 unless the body is ``multipart/form-data`` with one."""
+    kind, options = parse_options_header(request.headers.get("content-type"))
+    if kind != b"multipart/form-data" or not options.get(b"boundary"):
+        raise InvalidRequest("the body must be multipart/form-data (with a boundary)")
+    return bytes(options[b"boundary"])
+
+
+@contextmanager
+def parse_errors() -> Iterator[None]:
+    """A malformed body or a client gone mid-body, while python-multipart parses it: a 400."""
+    try:
+        yield
+    except FormParserError:
+        raise InvalidRequest("the multipart body is malformed") from None
+    except ClientDisconnect:
+        raise InvalidRequest("the client went away before the body ended") from None
+
+
+def decode_text(raw: bytes) -> str:
+    """A part's field name, file name or value: UTF-8, else Latin-1 (never an error)."""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+class PartHeaders:
+    """One part's headers as the parser's callbacks deliver them, capped at ``max_bytes``."""
+
+    def __init__(self, max_bytes: int = _MAX_HEADER_BYTES) -> None:
+        self.headers: dict[bytes, bytes] = {}
+        self._max_bytes = max_bytes
+        self._size = 0
+        self._name = b""
+        self._value = b""
+
+    def _grow(self, size: int) -> None:
+        self._size += size
+        if self._size > self._max_bytes:
+            raise InvalidRequest(f"a part's headers are longer than {self._max_bytes} bytes")
+
+    def on_field(self, data: bytes, start: int, end: int) -> None:
+        self._grow(end - start)
+        self._name += data[start:end]
+
+    def on_value(self, data: bytes, start: int, end: int) -> None:
+        self._grow(end - start)
+        self._value += data[start:end]
+
+    def on_end(self) -> None:
+        self.headers[self._name.strip().lower()] = self._value.strip()
+        self._name = self._value = b""
+
+    def disposition(self) -> tuple[str, str | None]:
+        """The part's form field name and its file name (``None``: not a file)."""
+        _, options = parse_options_header(self.headers.get(b"content-disposition"))
+        filename = options.get(b"filename")
+        return decode_text(options.get(b"name", b"")), None if filename is None else decode_text(filename)
+
+
 class _Part:
     def __init__(self) -> None:
-        self.headers: dict[bytes, bytes] = {}
-        self.header_bytes = 0
+        self.headers = PartHeaders()
         self.name = ""
         self.is_file = False
         self.value = bytearray()
-        self.header_name = b""
-        self.header_value = b""
 
 
 class MultipartUpload:
@@ -55,11 +121,8 @@ class MultipartUpload:
         file_field: str = "file",
         fields: Collection[str] = ("expires_in_seconds",),
     ) -> None:
-        kind, options = parse_options_header(request.headers.get("content-type"))
-        if kind != b"multipart/form-data" or not options.get(b"boundary"):
-            raise InvalidRequest("the body must be multipart/form-data (with a boundary)")
+        self._boundary = multipart_boundary(request)
         self._request = request
-        self._boundary = options[b"boundary"]
         self._file_field = file_field
         self._allowed = frozenset(fields)
         self._part = _Part()
@@ -84,17 +147,13 @@ class MultipartUpload:
                 "on_end": self._on_end,
             },
         )
-        try:
+        with parse_errors():
             async for chunk in self._request.stream():
                 parser.write(chunk)
                 pending, self._pending = self._pending, []
                 for data in pending:
                     yield data
             parser.finalize()
-        except FormParserError:
-            raise InvalidRequest("the multipart body is malformed") from None
-        except ClientDisconnect:
-            raise InvalidRequest("the client went away before the body ended") from None
         if not self._ended:
             raise InvalidRequest("the multipart body ends before its closing boundary")
         if self._file is None:
@@ -103,12 +162,11 @@ class MultipartUpload:
     def fields(self) -> UploadFields:
         file = self._file
         assert file is not None, "fields() is read after content()"
-        _, disposition = parse_options_header(file.headers.get(b"content-disposition"))
-        filename = disposition.get(b"filename")
-        content_type = file.headers.get(b"content-type")
+        _, filename = file.headers.disposition()
+        content_type = file.headers.headers.get(b"content-type")
         return UploadFields(
-            filename=None if filename is None else _text(filename),
-            content_type=None if content_type is None else _text(content_type),
+            filename=filename,
+            content_type=None if content_type is None else decode_text(content_type),
             expires_in_seconds=self._int("expires_in_seconds"),
         )
 
@@ -128,28 +186,18 @@ class MultipartUpload:
             raise InvalidRequest(f"the multipart body has more than {_MAX_PARTS} parts")
         self._part = _Part()
 
-    def _grow_header(self, size: int) -> None:
-        self._part.header_bytes += size
-        if self._part.header_bytes > _MAX_HEADER_BYTES:
-            raise InvalidRequest(f"a part's headers are longer than {_MAX_HEADER_BYTES} bytes")
-
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
-        self._grow_header(end - start)
-        self._part.header_name += data[start:end]
+        self._part.headers.on_field(data, start, end)
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
-        self._grow_header(end - start)
-        self._part.header_value += data[start:end]
+        self._part.headers.on_value(data, start, end)
 
     def _on_header_end(self) -> None:
-        part = self._part
-        part.headers[part.header_name.strip().lower()] = part.header_value.strip()
-        part.header_name = part.header_value = b""
+        self._part.headers.on_end()
 
     def _on_headers_finished(self) -> None:
         part = self._part
-        _, disposition = parse_options_header(part.headers.get(b"content-disposition"))
-        name = _text(disposition.get(b"name", b""))
+        name, _ = part.headers.disposition()
         part.name = name
         if name == self._file_field:
             if self._file is not None:
@@ -171,14 +219,7 @@ class MultipartUpload:
     def _on_part_end(self) -> None:
         part = self._part
         if not part.is_file:
-            self._values[part.name] = _text(bytes(part.value))
+            self._values[part.name] = decode_text(bytes(part.value))
 
     def _on_end(self) -> None:
         self._ended = True
-
-
-def _text(raw: bytes) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")

@@ -11,10 +11,10 @@ service's (:mod:`control_plane.skills.archive`).
 
 from __future__ import annotations
 
-from python_multipart.exceptions import FormParserError
-from python_multipart.multipart import MultipartParser, parse_options_header
-from starlette.requests import ClientDisconnect, Request
+from python_multipart.multipart import MultipartParser
+from starlette.requests import Request
 
+from control_plane.api.multipart import PartHeaders, decode_text, multipart_boundary, parse_errors
 from control_plane.errors import ContentTooLarge, InvalidRequest
 from control_plane.skills import SkillFile, SkillLimits, SkillUpload
 
@@ -31,10 +31,7 @@ SKILL_PART_OVERHEAD_BYTES = _MAX_HEADER_BYTES + 256
 class _Reader:
     def __init__(self, limits: SkillLimits) -> None:
         self._limits = limits
-        self._headers: dict[bytes, bytes] = {}
-        self._header_name = b""
-        self._header_value = b""
-        self._header_bytes = 0
+        self._headers = PartHeaders(_MAX_HEADER_BYTES)
         self._name = ""
         self._filename: str | None = None
         self._data = bytearray()
@@ -58,31 +55,20 @@ class _Reader:
     def _on_part_begin(self) -> None:
         if len(self.files) + len(self.fields) >= self._limits.max_files + len(_TEXT_FIELDS):
             raise InvalidRequest(f"files: more than {self._limits.max_files} files", param="files")
-        self._headers, self._header_bytes = {}, 0
+        self._headers = PartHeaders(_MAX_HEADER_BYTES)
         self._name, self._filename, self._data = "", None, bytearray()
 
-    def _grow_header(self, size: int) -> None:
-        self._header_bytes += size
-        if self._header_bytes > _MAX_HEADER_BYTES:
-            raise InvalidRequest(f"a part's headers are longer than {_MAX_HEADER_BYTES} bytes")
-
     def _on_header_field(self, data: bytes, start: int, end: int) -> None:
-        self._grow_header(end - start)
-        self._header_name += data[start:end]
+        self._headers.on_field(data, start, end)
 
     def _on_header_value(self, data: bytes, start: int, end: int) -> None:
-        self._grow_header(end - start)
-        self._header_value += data[start:end]
+        self._headers.on_value(data, start, end)
 
     def _on_header_end(self) -> None:
-        self._headers[self._header_name.strip().lower()] = self._header_value.strip()
-        self._header_name = self._header_value = b""
+        self._headers.on_end()
 
     def _on_headers_finished(self) -> None:
-        _, disposition = parse_options_header(self._headers.get(b"content-disposition"))
-        self._name = _text(disposition.get(b"name", b""))
-        filename = disposition.get(b"filename")
-        self._filename = None if filename is None else _text(filename)
+        self._name, self._filename = self._headers.disposition()
         if self._name not in _FILE_FIELDS and self._name not in _TEXT_FIELDS:
             raise InvalidRequest(f"unknown form field {self._name!r}", param=self._name or None)
         if self._name in self.fields:
@@ -101,7 +87,7 @@ class _Reader:
         if self._name in _FILE_FIELDS:
             self.files.append(SkillFile(self._filename or "", bytes(self._data)))
         else:
-            self.fields[self._name] = _text(bytes(self._data))
+            self.fields[self._name] = decode_text(bytes(self._data))
 
     def _on_end(self) -> None:
         self.ended = True
@@ -110,28 +96,15 @@ class _Reader:
 async def read_skill_upload(request: Request, limits: SkillLimits) -> SkillUpload:
     """The body's files and ``display_name``; 400 for a body that is not a well-formed
     multipart one, 413 past the skill's size cap."""
-    kind, options = parse_options_header(request.headers.get("content-type"))
-    if kind != b"multipart/form-data" or not options.get(b"boundary"):
-        raise InvalidRequest("the body must be multipart/form-data (with a boundary)")
+    boundary = multipart_boundary(request)
     reader = _Reader(limits)
-    parser = MultipartParser(options[b"boundary"], reader.callbacks())  # type: ignore[arg-type]
-    try:
+    parser = MultipartParser(boundary, reader.callbacks())  # type: ignore[arg-type]
+    with parse_errors():
         async for chunk in request.stream():
             parser.write(chunk)
         parser.finalize()
-    except FormParserError:
-        raise InvalidRequest("the multipart body is malformed") from None
-    except ClientDisconnect:
-        raise InvalidRequest("the client went away before the body ended") from None
     if not reader.ended:
         raise InvalidRequest("the multipart body ends before its closing boundary")
     if not reader.files:
         raise InvalidRequest("files: at least one file is required", param="files")
     return SkillUpload(files=reader.files, display_name=reader.fields.get("display_name"))
-
-
-def _text(raw: bytes) -> str:
-    try:
-        return raw.decode()
-    except UnicodeDecodeError:
-        return raw.decode("latin-1")

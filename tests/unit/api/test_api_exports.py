@@ -43,7 +43,14 @@ EXPECTED = {
         "is_upload_route",
     },
     "control_plane.api.file_routes": {"file_json", "files_router"},
-    "control_plane.api.multipart": {"MULTIPART_OVERHEAD_BYTES", "MultipartUpload"},
+    "control_plane.api.multipart": {
+        "MULTIPART_OVERHEAD_BYTES",
+        "MultipartUpload",
+        "PartHeaders",
+        "decode_text",
+        "multipart_boundary",
+        "parse_errors",
+    },
     "control_plane.files": {
         "DEFAULT_MAX_FILE_BYTES",
         "FilePage",
