@@ -61,6 +61,9 @@ GOLDEN = Path(__file__).parent / "golden"
 TEST_PRICE = ModelPrice(
     input_usd_per_mtok=100, output_usd_per_mtok=500, cache_write_usd_per_mtok=125, cache_read_usd_per_mtok=10
 )
+# Pinned, not the shipped defaults: the golden logs record the retry delays, max_tokens and prices
+# this config yields (a backoff is a delay written in the log, not waited for), so a change of a
+# default must not rewrite them; the defaults run untouched in tests/e2e/test_shipped_defaults.py.
 CONFIG = HarnessConfig(
     model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024, model_prices={"claude-test": TEST_PRICE}
 )

@@ -26,6 +26,9 @@ from control_plane.harness.step import CallModel, Decision, step
 from control_plane.store.base import Event
 
 GOLDEN = Path(__file__).parent / "golden" / "outcomes"
+# Pinned, not the shipped defaults: the golden logs record the retry delays and max_tokens this
+# config yields (a backoff is a delay written in the log, not waited for), so a change of a
+# default must not rewrite them; the defaults run untouched in tests/e2e/test_shipped_defaults.py.
 CONFIG = HarnessConfig(model_attempts=3, model_backoff_initial_s=1.0, max_tokens=1024)
 RUBRIC = "1. The answer names the capital of France.\n2. It cites a source."
 OUTCOME_ID = "outc_0123456789abcdef01234567"
