@@ -254,6 +254,16 @@ class ControlPlaneConfig(BaseModel):
         "By default loopback, link-local and metadata, private, CGNAT, unique-local, multicast and reserved "
         "addresses are refused (see docs/security.md, Outbound requests).",
     )
+    tunnel_base_domain: str = Field(
+        "tunnels.outpost.invalid",
+        min_length=3,
+        max_length=200,
+        pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$",
+        description="MCP tunnels: every tunnel's `domain` is `<random label>.<this>`, and an agent's MCP "
+        "server URL `https://<server>.<tunnel domain>/` goes through an edge serving that tunnel, never to "
+        "DNS. The default is under `.invalid` (RFC 6761), which never resolves publicly; a name of your own "
+        "works too, as long as nothing else should be reached under it (docs/mcp-tunnels.md).",
+    )
     max_reassembly_bytes: int = Field(
         256 * 1024 * 1024,
         ge=64 * 1024 * 1024,

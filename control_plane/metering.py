@@ -60,7 +60,7 @@ from prometheus_client.registry import Collector
 
 from control_plane.errors import ControlPlaneError, EdgeUnavailable
 from control_plane.harness.model import ModelClient, ModelError, StreamEvent
-from control_plane.tunnel import EdgeConnection, EdgeGateway, EdgeRegistry, SandboxMove
+from control_plane.tunnel import EdgeConnection, EdgeGateway, EdgeRegistry, SandboxMove, TunnelGrants
 from outpost_wire.errors import OutpostError, RemoteError
 from outpost_wire.frames import Provision, Provisioned
 from outpost_wire.logfmt import log_context
@@ -296,6 +296,7 @@ class MeteredGateway:
         *,
         idempotency_key: str,
         timeout_s: float | None = None,
+        tunnel: TunnelGrants | None = None,
     ) -> ToolResult:
         return await self._measured(
             session_id,
@@ -308,6 +309,7 @@ class MeteredGateway:
                 arguments,
                 idempotency_key=idempotency_key,
                 timeout_s=timeout_s,
+                tunnel=tunnel,
             ),
         )
 
@@ -337,8 +339,10 @@ class MeteredGateway:
     async def destroy(self, session_id: str, environment_id: str) -> bool:
         return await self.inner.destroy(session_id, environment_id)
 
-    def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]:
-        return self.inner.mcp_catalog(environment_id)
+    def mcp_catalog(
+        self, environment_id: str, *, tunnel: TunnelGrants | None = None
+    ) -> dict[str, dict[str, Any]]:
+        return self.inner.mcp_catalog(environment_id, tunnel=tunnel)
 
     def edge_for_session(self, session_id: str) -> str | None:
         return self.inner.edge_for_session(session_id)

@@ -46,6 +46,7 @@ from control_plane.harness.memory_writeback import contents_reader
 from control_plane.http_limits import http_protocol
 from control_plane.log_follower import LogFollower
 from control_plane.mcp import Credentials, McpRouter, no_credentials
+from control_plane.mcp_tunnels import TunnelService
 from control_plane.metering import ControlPlaneMetrics, MeteredGateway, MeteredModelClient
 from control_plane.model_api_key import model_api_key
 from control_plane.outbound import OutboundGuard
@@ -123,6 +124,7 @@ class ControlPlane:
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
+        self.tunnels: TunnelService | None = None  # MCP tunnels, which the MCP router reads
         self.vault: Vault | None = None  # vault: credentials for MCP servers the control plane calls
         self._vault_http: httpx.AsyncClient | None = None  # vault: OAuth token endpoints
         # Every URL dialled for a user (token endpoints, MCP servers) is checked by this one guard.
@@ -212,6 +214,9 @@ class ControlPlane:
             api_key = "unset"
         base_url = cfg.model_base_url or os.environ.get("ANTHROPIC_BASE_URL")
         self.model = AnthropicModelClient(base_url=base_url, api_key=api_key)
+        self.tunnels = TunnelService(
+            self.store, self.vault.service.keyring, _utcnow, base_domain=cfg.tunnel_base_domain
+        )
         self.mcp = self._mcp_router(self._vault_credentials)
         metered_model = MeteredModelClient(self.model, self.metrics)
         self.harness = Harness(
@@ -242,6 +247,7 @@ class ControlPlane:
                 blobs=self.blobs,
                 outbound=self.outbound,
                 model_prices=cfg.harness.model_prices,
+                tunnel_base_domain=cfg.tunnel_base_domain,
                 config=ApiConfig(
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
@@ -380,7 +386,9 @@ class ControlPlane:
         """The harness's MCP router: ``edge://`` servers through the edge gateway, others called
         by the control plane itself with the headers ``credentials(session_id, url)`` gives (the
         seam for the vault's broker; no headers by default)."""
-        return McpRouter(self.tool_gateway, credentials=credentials, outbound=self.outbound)
+        return McpRouter(
+            self.tool_gateway, credentials=credentials, outbound=self.outbound, tunnels=self.tunnels
+        )
 
     async def _vault_credentials(self, session_id: str, url: str) -> dict[str, str]:
         """Headers for an MCP server the control plane calls itself, from the session's vaults:

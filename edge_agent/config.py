@@ -330,6 +330,13 @@ class EdgeConfig(_Strict):
         description="Private MCP servers this edge fronts (`edge://<name>`); their credentials stay on the "
         "edge.",
     )
+    tunnel_token_files: tuple[Path, ...] = Field(
+        (),
+        description="Files each holding the connector token of an MCP tunnel this edge serves (from "
+        "`reveal_token`; readable by the edge's user only, refused otherwise; read at start). The edge "
+        "presents them when its tunnel connects; its `mcp_servers` are then reachable as "
+        "`https://<server>.<tunnel domain>/` (docs/mcp-tunnels.md).",
+    )
     git: GitConfig = Field(
         GitConfig(),
         description="The edge's own git credentials, for cloning and relaying sessions' repositories.",

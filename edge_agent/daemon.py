@@ -35,6 +35,7 @@ from edge_agent.git import EdgeCredentials, GitService, RelayRoutes, load_or_cre
 from edge_agent.identity import Identity
 from edge_agent.journal import ResultJournal
 from edge_agent.mcp import McpCatalog, McpHub
+from edge_agent.mcp.secrets import read_tunnel_tokens
 from edge_agent.observe import EdgeMetrics, ObserveServer
 from edge_agent.policy import Policy
 from edge_agent.renew import CertificateRenewer, RenewalSchedule, renew_certificate, renewal_urls, spread_for
@@ -82,6 +83,7 @@ class EdgeAgent:
         self.journal: ResultJournal | None = None
         self.link: Link | None = None
         self.mcp: McpHub | None = None
+        self._tunnel_tokens: tuple[str, ...] = ()  # MCP tunnel connector tokens (secrets)
         self.metrics = EdgeMetrics(
             edge_id=self.identity.edge_id,
             tools=TOOLS,
@@ -139,6 +141,8 @@ class EdgeAgent:
 
     async def start(self) -> None:
         cfg = self.config
+        # a bad token file stops the start here, before anything runs
+        self._tunnel_tokens = await asyncio.to_thread(read_tunnel_tokens, cfg.tunnel_token_files)
         self.journal = ResultJournal(cfg.state_dir / "journal.db", cfg.results.retention_s)
         await self.journal.__aenter__()
         self.runtime = DockerRuntime(base_url=cfg.sandbox.docker_url)
@@ -284,6 +288,7 @@ class EdgeAgent:
             environment_id=self.identity.environment_id,
             mcp_catalog_digest=digest,
             mcp_catalog_json=catalog,
+            tunnel_tokens=self._tunnel_tokens,
         )
 
     async def _prune_journal(self) -> None:

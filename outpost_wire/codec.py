@@ -153,6 +153,7 @@ def _frame_from_pb(msg: pb.Frame) -> Frame:
             environment_id=h.environment_id,
             mcp_catalog_digest=h.mcp_catalog_digest,
             mcp_catalog_json=h.mcp_catalog_json,
+            tunnel_tokens=tuple(h.tunnel_tokens),
         )
     if kind == "welcome":
         w = msg.welcome
@@ -211,6 +212,7 @@ def _frame_to_pb(frame: Frame) -> pb.Frame:
                     environment_id=frame.environment_id,
                     mcp_catalog_digest=frame.mcp_catalog_digest,
                     mcp_catalog_json=frame.mcp_catalog_json,
+                    tunnel_tokens=frame.tunnel_tokens,
                 )
             )
         case Welcome():

@@ -90,6 +90,8 @@ class Hello:
     mcp_catalog_json: str = field(default="", repr=False)
     """The edge's MCP catalog at connect time, as JSON text (opaque here); later changes travel
     in :class:`CatalogUpdate`."""
+    tunnel_tokens: tuple[str, ...] = field(default=(), repr=False)
+    """Connector tokens of the MCP tunnels the edge serves (secrets: never in ``repr``)."""
 
 
 @dataclass(frozen=True, slots=True)

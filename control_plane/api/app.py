@@ -47,6 +47,7 @@ from control_plane.api.sessions import sessions_router
 from control_plane.api.skill_routes import skills_router
 from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
+from control_plane.api.tunnels import tunnels_router
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.blobs import BlobStore
@@ -55,6 +56,7 @@ from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
 from control_plane.files import DEFAULT_MAX_FILE_BYTES, FileService
 from control_plane.keys import ApiKeyService
+from control_plane.mcp_tunnels import DEFAULT_BASE_DOMAIN, TunnelService
 from control_plane.memory import MemoryService
 from control_plane.metering import ControlPlaneMetrics
 from control_plane.outbound import OutboundGuard
@@ -120,6 +122,7 @@ class ApiServices:
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)  # /readyz's checks
     outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
     model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
+    tunnel_base_domain: str = DEFAULT_BASE_DOMAIN  # MCP tunnels' domains are made under it
 
 
 class RequestIdMiddleware:
@@ -192,6 +195,13 @@ def _upload_max_body_bytes(config: ApiConfig) -> int:
     return max(config.max_file_bytes + MULTIPART_OVERHEAD_BYTES, skill_body)
 
 
+def _tunnel_service(services: ApiServices) -> TunnelService | None:
+    if services.vault is None:  # the tokens are sealed with the vault's keyring
+        return None
+    keyring = services.vault.service.keyring
+    return TunnelService(services.store, keyring, services.clock, base_domain=services.tunnel_base_domain)
+
+
 def _skill_service(services: ApiServices) -> SkillService | None:
     if services.blobs is None:
         return None
@@ -262,5 +272,8 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     authed.include_router(
         memory_stores_router(MemoryService(store, clock)),
         dependencies=[Depends(unscoped_writes("changing memory stores"))],
+    )
+    authed.include_router(
+        tunnels_router(_tunnel_service(services)), dependencies=[Depends(unscoped_writes("changing tunnels"))]
     )
     return authed

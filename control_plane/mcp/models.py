@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Final
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -14,6 +15,7 @@ __all__ = [
     "McpServerRef",
     "McpToolInfo",
     "ServerTools",
+    "TunnelRoute",
     "no_credentials",
     "safe_url",
 ]
@@ -45,6 +47,23 @@ class McpServerRef:
             return None
         name = unquote(rest.split("/", 1)[0].split("?", 1)[0].split("#", 1)[0])
         return name or None
+
+
+@dataclass(frozen=True, slots=True)
+class TunnelRoute:
+    """What the router needs to know of the MCP tunnel a server URL's host lies under.
+
+    ``grants``: the sha256 (hex) of each connector token an edge may present for the tunnel, with
+    when it was retired (``None``: the current token). An edge serves the tunnel if it presented
+    a granted token and connected before that token was retired (rotation leaves established
+    connections up). ``active_certificates``: the tunnel's CA certificates not archived; none,
+    and the tunnel refuses MCP traffic."""
+
+    tunnel_id: str
+    domain: str
+    archived: bool
+    active_certificates: int
+    grants: Mapping[str, datetime | None]
 
 
 @dataclass(frozen=True, slots=True)

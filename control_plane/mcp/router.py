@@ -5,6 +5,12 @@ The URL of an agent's ``mcp_servers`` entry decides the route:
 * ``edge://<server>`` — a private server fronted by an edge of the session's environment:
   tools come from :meth:`EdgeGateway.mcp_catalog`, calls go through :meth:`EdgeGateway.mcp_call`
   (the edge journals them by idempotency key, so a repeated key runs once);
+* ``https://<server>.<tunnel domain>/...`` — a private server fronted by an edge serving the MCP
+  tunnel whose ``domain`` that is (:class:`TunnelDirectory`; docs/mcp-tunnels.md): the first label
+  names the server as the edge fronts it, the rest of the URL is not used. The tunnel must exist,
+  not be archived and have at least one active CA certificate, else the server is refused as
+  ``mcp_connection_failed_error`` naming the reason; calls go through
+  :meth:`EdgeGateway.mcp_call` with the tunnel's token grants, to any edge serving it;
 * ``http://`` / ``https://`` — the control plane calls the server itself
   (:class:`~control_plane.mcp.direct.DirectMcpClient`, with headers from ``credentials``);
 * anything else is refused as ``mcp_connection_failed_error``.
@@ -23,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
 from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest
 from control_plane.mcp.config import McpConfig
@@ -34,13 +41,15 @@ from control_plane.mcp.models import (
     McpServerRef,
     McpToolInfo,
     ServerTools,
+    TunnelRoute,
     no_credentials,
+    safe_url,
 )
 from control_plane.outbound import OutboundGuard
 from outpost_wire.errors import ErrorCode, RemoteError
 from outpost_wire.results import ToolResult
 
-__all__ = ["McpGateway", "McpRouter"]
+__all__ = ["McpGateway", "McpRouter", "TunnelDirectory"]
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +66,12 @@ _CONNECTION_CODES = frozenset(
 
 
 class McpGateway(Protocol):
-    """What the router needs of the hands (``control_plane.tunnel.EdgeGateway`` fits)."""
+    """What the router needs of the hands (``control_plane.tunnel.EdgeGateway`` fits). ``tunnel``:
+    the edges serving that MCP tunnel (its token grants) instead of the environment's."""
 
-    def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]: ...
+    def mcp_catalog(
+        self, environment_id: str, *, tunnel: Mapping[str, Any] | None = None
+    ) -> dict[str, dict[str, Any]]: ...
 
     async def mcp_call(
         self,
@@ -71,7 +83,18 @@ class McpGateway(Protocol):
         *,
         idempotency_key: str,
         timeout_s: float | None = None,
+        tunnel: Mapping[str, Any] | None = None,
     ) -> ToolResult: ...
+
+
+class TunnelDirectory(Protocol):
+    """Where MCP tunnels are looked up (``control_plane.mcp_tunnels.TunnelService`` fits)."""
+
+    def tunnel_domain(self, host: str) -> str | None:
+        """The tunnel domain ``host`` lies under (``None``: not a tunnel host)."""
+        ...
+
+    async def route_for_domain(self, domain: str) -> TunnelRoute | None: ...
 
 
 class McpRouter:
@@ -87,12 +110,15 @@ class McpRouter:
         direct: DirectMcpClient | None = None,
         outbound: OutboundGuard | None = None,
         clock: Callable[[], float] = time.monotonic,
+        tunnels: TunnelDirectory | None = None,
     ) -> None:
         """``credentials(session_id, url)``: the headers for a direct server (the vault broker
         plugs in here). ``direct``: a ready client (tests); by default one is made from
         ``credentials``, ``config`` and ``outbound`` (the check of direct servers' addresses;
-        default: no private networks)."""
+        default: no private networks). ``tunnels``: the MCP tunnels (``None``: URLs are never
+        routed through one)."""
         self.config = config or McpConfig()
+        self._tunnels = tunnels
         self._gateway = gateway
         self._direct = direct or DirectMcpClient(credentials, self.config, outbound=outbound, clock=clock)
         self._clock = clock
@@ -116,8 +142,11 @@ class McpRouter:
         """The tools ``server`` offers the session now, or why there are none."""
         try:
             edge_server = server.edge_server
+            tunneled = await self._tunnel(server) if edge_server is None else None
             if edge_server is not None:
                 tools = self._edge_tools(environment_id, edge_server)
+            elif tunneled is not None:
+                tools = self._tunnel_tools(environment_id, *tunneled)
             elif _scheme(server.url) in _DIRECT_SCHEMES:
                 tools = await self._direct.list_tools(
                     session_id, server.url, timeout_s=self.config.list_timeout_s
@@ -147,6 +176,57 @@ class McpRouter:
             raise McpConnectionFailed(f"MCP server {name!r} is down on every edge that fronts it")
         return tuple(_tool_info(t) for t in entry.get("tools") or () if _is_tool(t))
 
+    def _tunnel_tools(
+        self, environment_id: str | None, name: str, tunnel: TunnelRoute
+    ) -> tuple[McpToolInfo, ...]:
+        if self._gateway is None:
+            raise McpConnectionFailed(
+                f"MCP server {name!r} is behind an MCP tunnel, but no edge is reachable"
+            )
+        entry = self._gateway.mcp_catalog(environment_id or "", tunnel=tunnel.grants).get(name)
+        if entry is None:
+            raise McpConnectionFailed(
+                f"no connected edge serving MCP tunnel {tunnel.tunnel_id} fronts MCP server {name!r}"
+            )
+        if entry.get("status") != "up":
+            raise McpConnectionFailed(f"MCP server {name!r} is down on every edge serving the tunnel")
+        return tuple(_tool_info(t) for t in entry.get("tools") or () if _is_tool(t))
+
+    async def _tunnel(self, server: McpServerRef) -> tuple[str, TunnelRoute] | None:
+        """``(server name at the edge, tunnel)`` when ``server.url``'s host lies under the MCP
+        tunnels' base domain (``None``: it does not); raises :class:`McpConnectionFailed` when
+        that tunnel cannot carry MCP traffic, saying why."""
+        if self._tunnels is None or _scheme(server.url) not in _DIRECT_SCHEMES:
+            return None
+        try:
+            host = (urlsplit(server.url).hostname or "").rstrip(".")
+        except ValueError:
+            return None
+        domain = self._tunnels.tunnel_domain(host)
+        if domain is None:
+            return None
+        label = host[: -len(domain) - 1] if len(host) > len(domain) else ""
+        if not label or "." in label:
+            raise McpConnectionFailed(
+                f"MCP server {server.name!r}: {safe_url(server.url)} must name one server under "
+                f"the MCP tunnel's domain (https://<server>.{domain}/)"
+            )
+        try:
+            tunnel = await self._tunnels.route_for_domain(domain)
+        except Exception as exc:  # the store: the call fails, the session goes on
+            log.warning("MCP tunnel %s could not be read: %s", domain, exc)
+            raise McpConnectionFailed(f"the MCP tunnel {domain} could not be read; retry later") from None
+        if tunnel is None:
+            raise McpConnectionFailed(f"no MCP tunnel has the domain {domain}")
+        if tunnel.archived:
+            raise McpConnectionFailed(f"MCP tunnel {tunnel.tunnel_id} is archived: it carries no MCP traffic")
+        if tunnel.active_certificates == 0:
+            raise McpConnectionFailed(
+                f"MCP tunnel {tunnel.tunnel_id} has no active CA certificate: it refuses MCP traffic "
+                f"until one is added (POST /v1/tunnels/{tunnel.tunnel_id}/certificates)"
+            )
+        return label, tunnel
+
     # -- calling ----------------------------------------------------------------------------------
     async def call(
         self,
@@ -166,9 +246,16 @@ class McpRouter:
         edge_server = server.edge_server
         route = "edge" if edge_server is not None else "direct"
         try:
+            tunneled = await self._tunnel(server) if edge_server is None else None
             if edge_server is not None:
                 content, is_error, denied = await self._edge_call(
                     session_id, environment_id, edge_server, tool, arguments, idempotency_key, timeout
+                )
+            elif tunneled is not None:
+                route = "tunnel"
+                name, tunnel = tunneled
+                content, is_error, denied = await self._edge_call(
+                    session_id, environment_id, name, tool, arguments, idempotency_key, timeout, tunnel
                 )
             elif _scheme(server.url) in _DIRECT_SCHEMES:
                 result = await self._direct.call_tool(
@@ -209,16 +296,37 @@ class McpRouter:
         arguments: Mapping[str, Any],
         key: str,
         timeout_s: float,
+        tunnel: TunnelRoute | None = None,
     ) -> tuple[list[dict[str, Any]], bool, bool]:
-        """``(content, is_error, policy_denied)``; raises :class:`McpError`."""
-        if self._gateway is None or environment_id is None:
+        """``(content, is_error, policy_denied)``; raises :class:`McpError`. ``tunnel``: through
+        an edge serving it (the session's environment does not matter then)."""
+        if self._gateway is None or (environment_id is None and tunnel is None):
             raise McpConnectionFailed(
                 f"MCP server {name!r} is edge-fronted, but the session has no environment"
             )
         try:
-            result = await self._gateway.mcp_call(
-                session_id, environment_id, name, tool, arguments, idempotency_key=key, timeout_s=timeout_s
-            )
+            if tunnel is None:
+                assert environment_id is not None
+                result = await self._gateway.mcp_call(
+                    session_id,
+                    environment_id,
+                    name,
+                    tool,
+                    arguments,
+                    idempotency_key=key,
+                    timeout_s=timeout_s,
+                )
+            else:
+                result = await self._gateway.mcp_call(
+                    session_id,
+                    environment_id or "",
+                    name,
+                    tool,
+                    arguments,
+                    idempotency_key=key,
+                    timeout_s=timeout_s,
+                    tunnel=tunnel.grants,
+                )
         except GatewayDraining:
             raise  # this process is shutting down: the harness stops; the next one calls again
         except EdgeUnavailable as exc:

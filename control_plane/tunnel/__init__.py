@@ -4,7 +4,13 @@ the gRPC and WebSocket carriers share one pump (:mod:`control_plane.tunnel.pump`
 from __future__ import annotations
 
 from control_plane.tunnel.connection import EdgeConnection
-from control_plane.tunnel.gateway import EdgeGateway, GatewayConfig, SandboxMove, SandboxPlacements
+from control_plane.tunnel.gateway import (
+    EdgeGateway,
+    GatewayConfig,
+    SandboxMove,
+    SandboxPlacements,
+    TunnelGrants,
+)
 from control_plane.tunnel.grpc_server import Authenticator, GrpcTunnelServer
 from control_plane.tunnel.presence import EdgePresence, PresenceStore
 from control_plane.tunnel.registry import EdgeRegistry, EdgeStatus
@@ -23,5 +29,6 @@ __all__ = [
     "PresenceStore",
     "SandboxMove",
     "SandboxPlacements",
+    "TunnelGrants",
     "WsTunnelEndpoint",
 ]

@@ -11,10 +11,13 @@ a few lines a minute.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from control_plane.store.base import EdgeRecord
@@ -75,6 +78,10 @@ class EdgeConnection:
         self.draining = False  # the edge announced it is shutting down
         self.mcp_catalog: dict[str, Any] = {}  # the edge's MCP catalog (servers and their tools)
         self.mcp_catalog_digest = ""
+        #: sha256 (hex) of the MCP tunnel connector tokens the edge presented in its hello
+        #: (the tokens themselves are not kept); see :meth:`serves_tunnel`.
+        self.tunnel_token_hashes: frozenset[str] = frozenset()
+        self.connected_at = datetime.now(UTC)  # when the edge said hello (wall clock)
         self.close_code: ErrorCode | None = None
         self.close_reason = ""
         self._listener = listener
@@ -134,6 +141,17 @@ class EdgeConnection:
         beat = self._session.last_peer_heartbeat
         return beat.seq if beat is not None else 0
 
+    def serves_tunnel(self, grants: Mapping[str, datetime | None]) -> bool:
+        """Whether the edge presented a token ``grants`` names (sha256 hex -> when it was retired,
+        ``None``: current), before that token was retired: a rotation leaves the connections
+        made with the old token serving, and refuses new ones."""
+        for token_hash in self.tunnel_token_hashes:
+            if token_hash in grants:
+                retired = grants[token_hash]
+                if retired is None or self.connected_at < retired:
+                    return True
+        return False
+
     # -- input --------------------------------------------------------------------------------
     def receive(self, data: bytes) -> None:
         dropped = self._session.dropped_result_chunks
@@ -180,7 +198,12 @@ class EdgeConnection:
             )
             self.close(ErrorCode.UNAUTHENTICATED, "hello edge_id does not match the client certificate")
             return
-        self.hello = hello
+        self.hello = dataclasses.replace(hello, tunnel_tokens=())  # the tokens are not kept
+        self.connected_at = datetime.now(UTC)
+        # the same hash as control_plane.mcp_tunnels.token_hash
+        self.tunnel_token_hashes = frozenset(
+            hashlib.sha256(token.encode("utf-8")).hexdigest() for token in hello.tunnel_tokens
+        )
         self._set_catalog(hello.mcp_catalog_digest, hello.mcp_catalog_json)
         self._session.send_welcome(
             Welcome(

@@ -51,6 +51,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol
 
 from control_plane.errors import EdgeUnavailable, GatewayDraining, InvalidRequest, NotFound
@@ -76,7 +77,18 @@ from outpost_wire.frames import (
 )
 from outpost_wire.results import ToolResult
 
-__all__ = ["EdgeGateway", "GatewayConfig", "MemoryContents", "SandboxMove", "SandboxPlacements"]
+__all__ = [
+    "EdgeGateway",
+    "GatewayConfig",
+    "MemoryContents",
+    "SandboxMove",
+    "SandboxPlacements",
+    "TunnelGrants",
+]
+
+TunnelGrants = Mapping[str, datetime | None]
+"""An MCP tunnel's connector tokens, as edges may present them: sha256 (hex) -> when the token
+was retired (``None``: the current one); see :meth:`EdgeConnection.serves_tunnel`."""
 
 MemoryContents = Callable[[str, tuple[MemoryMount, ...]], Awaitable[tuple[MemorySnapshot, ...]]]
 
@@ -232,9 +244,11 @@ class EdgeGateway:
         *,
         idempotency_key: str,
         timeout_s: float | None = None,
+        tunnel: TunnelGrants | None = None,
     ) -> ToolResult:
         """Call a tool of a private MCP server fronted by an edge of the environment (the session's
-        edge when it has one that serves ``server``). Refusals and a down server come back as
+        edge when it has one that serves ``server``); with ``tunnel``, by an edge serving that MCP
+        tunnel instead, whatever its environment. Refusals and a down server come back as
         :class:`RemoteError` (``POLICY_DENIED``, ``MCP_CONNECTION_FAILED``)."""
         timeout = timeout_s or self._config.default_tool_timeout_s
         op = McpCall(
@@ -243,7 +257,10 @@ class EdgeGateway:
             arguments_json=json.dumps(dict(arguments)),
             timeout_ms=int(timeout * 1000),
         )
-        conn, _ = await self._pick_edge(session_id, environment_id, mcp_server=server)
+        if tunnel is not None:
+            conn = await self._pick_tunnel_edge(session_id, tunnel, server)
+        else:
+            conn, _ = await self._pick_edge(session_id, environment_id, mcp_server=server)
         outcome = await self._call_edge(
             conn.edge_id, session_id, op, idempotency_key, timeout + self._config.slack_s
         )
@@ -251,12 +268,17 @@ class EdgeGateway:
             return outcome
         raise _unexpected(outcome)
 
-    def mcp_catalog(self, environment_id: str) -> dict[str, dict[str, Any]]:
-        """The MCP servers the environment's connected edges front, by name: ``{name: {status,
-        tools: [{name, description, input_schema}], edges: [edge ids]}}``. A server is "up" if it
-        is up on any edge."""
+    def mcp_catalog(
+        self, environment_id: str, *, tunnel: TunnelGrants | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """The MCP servers the environment's connected edges front (with ``tunnel``: the edges
+        serving that MCP tunnel), by name: ``{name: {status, tools: [{name, description,
+        input_schema}], edges: [edge ids]}}``. A server is "up" if it is up on any edge."""
         merged: dict[str, dict[str, Any]] = {}
-        for conn in sorted(self._registry.for_environment(environment_id), key=lambda c: c.edge_id):
+        conns = (
+            self._registry.for_environment(environment_id) if tunnel is None else self.tunnel_edges(tunnel)
+        )
+        for conn in sorted(conns, key=lambda c: c.edge_id):
             for server in conn.mcp_catalog.get("servers", []):
                 if not isinstance(server, dict) or not isinstance(server.get("name"), str):
                     continue
@@ -582,6 +604,38 @@ class EdgeGateway:
                 environment_id,
             )
         return min(candidates, key=lambda c: c.edge_id)
+
+    def tunnel_edges(self, tunnel: TunnelGrants) -> list[EdgeConnection]:
+        """The connected edges serving the MCP tunnel whose tokens are ``tunnel``."""
+        return [c for c in self._registry.all_connections() if c.is_open and c.serves_tunnel(tunnel)]
+
+    async def _pick_tunnel_edge(self, session_id: str, tunnel: TunnelGrants, server: str) -> EdgeConnection:
+        """An edge serving the tunnel that fronts ``server`` (the session's own edge first),
+        waiting up to ``edge_wait_s`` for one to connect."""
+        if self.draining:
+            raise GatewayDraining("this control plane is shutting down; the call goes to another one")
+
+        def candidates() -> list[EdgeConnection]:
+            return [
+                c
+                for c in self.tunnel_edges(tunnel)
+                if not c.draining
+                and any(
+                    isinstance(s, dict) and s.get("name") == server for s in c.mcp_catalog.get("servers", [])
+                )
+            ]
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._config.edge_wait_s
+        found = candidates()
+        while not found and loop.time() < deadline:
+            seen = self._registry.generation
+            await self._registry.wait_changed(seen, deadline - loop.time())
+            found = candidates()
+        if not found:
+            raise EdgeUnavailable(f"no connected edge serving the MCP tunnel fronts MCP server {server!r}")
+        sticky = self._sticky.get(session_id)
+        return next((c for c in found if c.edge_id == sticky), min(found, key=lambda c: c.edge_id))
 
     async def _call_edge(
         self,

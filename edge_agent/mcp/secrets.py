@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from edge_agent.errors import ConfigError
 from edge_agent.mcp.config import SecretSource
 
-__all__ = ["resolve_secret", "resolve_secrets"]
+__all__ = ["read_tunnel_tokens", "resolve_secret", "resolve_secrets"]
+
+_MAX_TUNNEL_TOKEN_CHARS = 512
 
 
 def resolve_secret(source: SecretSource, *, where: str) -> str:
@@ -35,6 +38,19 @@ def resolve_secret(source: SecretSource, *, where: str) -> str:
 def resolve_secrets(sources: Mapping[str, SecretSource], *, where: str) -> dict[str, str]:
     """Resolve a mapping of name -> source (headers, environment)."""
     return {name: resolve_secret(source, where=f"{where}.{name}") for name, source in sources.items()}
+
+
+def read_tunnel_tokens(paths: Sequence[Path]) -> tuple[str, ...]:
+    """The MCP tunnel connector tokens of ``tunnel_token_files``, one per file (a secret file,
+    as above: ``chmod 600``). Raises :class:`ConfigError` naming the file, never the value."""
+    tokens: list[str] = []
+    for index, path in enumerate(paths):
+        where = f"tunnel_token_files[{index}]"
+        token = _read_secret_file(path, where=where).strip()
+        if not token or len(token) > _MAX_TUNNEL_TOKEN_CHARS or any(c.isspace() for c in token):
+            raise ConfigError(f"{where}: {os.fspath(path)} must hold one tunnel token on one line")
+        tokens.append(token)
+    return tuple(dict.fromkeys(tokens))
 
 
 def _read_secret_file(path: os.PathLike[str], *, where: str) -> str:

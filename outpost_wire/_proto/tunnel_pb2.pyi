@@ -182,6 +182,7 @@ class Hello(_message.Message):
     ENVIRONMENT_ID_FIELD_NUMBER: _builtins.int
     MCP_CATALOG_DIGEST_FIELD_NUMBER: _builtins.int
     MCP_CATALOG_JSON_FIELD_NUMBER: _builtins.int
+    TUNNEL_TOKENS_FIELD_NUMBER: _builtins.int
     edge_id: _builtins.str
     software_version: _builtins.str
     protocol_version: _builtins.int
@@ -194,6 +195,10 @@ class Hello(_message.Message):
     mcp_catalog_json: _builtins.str
     @_builtins.property
     def capabilities(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def tunnel_tokens(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Connector tokens of the MCP tunnels this edge serves (secrets: never logged); empty = none."""
+
     def __init__(
         self,
         *,
@@ -207,10 +212,11 @@ class Hello(_message.Message):
         environment_id: _builtins.str = ...,
         mcp_catalog_digest: _builtins.str = ...,
         mcp_catalog_json: _builtins.str = ...,
+        tunnel_tokens: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "edge_id", b"edge_id", "environment_id", b"environment_id", "mcp_catalog_digest", b"mcp_catalog_digest", "mcp_catalog_json", b"mcp_catalog_json", "policy_digest", b"policy_digest", "protocol_version", b"protocol_version", "sandbox_capacity", b"sandbox_capacity", "sandboxes_in_use", b"sandboxes_in_use", "software_version", b"software_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["capabilities", b"capabilities", "edge_id", b"edge_id", "environment_id", b"environment_id", "mcp_catalog_digest", b"mcp_catalog_digest", "mcp_catalog_json", b"mcp_catalog_json", "policy_digest", b"policy_digest", "protocol_version", b"protocol_version", "sandbox_capacity", b"sandbox_capacity", "sandboxes_in_use", b"sandboxes_in_use", "software_version", b"software_version", "tunnel_tokens", b"tunnel_tokens"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -22,6 +22,7 @@ from control_plane.bus import EventBus
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.store.sqlite import SqliteStore
 from control_plane.tunnel import EdgeGateway, EdgeRegistry
+from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
 from tests.support import eventually
 from tests.support.api_app import MAX_BODY_BYTES, PING_INTERVAL_S, Api, FakeRunner, utcnow
 
@@ -36,10 +37,15 @@ DEFAULT_CONFIG = ApiConfig(
 
 @contextlib.asynccontextmanager
 async def serve_api(
-    tmp_path: Path, config: ApiConfig = DEFAULT_CONFIG, clock: Callable[[], datetime] = utcnow
+    tmp_path: Path,
+    config: ApiConfig = DEFAULT_CONFIG,
+    clock: Callable[[], datetime] = utcnow,
+    *,
+    with_vault: bool = False,
 ) -> AsyncIterator[Api]:
-    """The API over a SqliteStore and a blob store (``<tmp_path>/blobs``), served on a free port."""
-    async with SqliteStore(tmp_path / "control.db") as store:
+    """The API over a SqliteStore and a blob store (``<tmp_path>/blobs``), served on a free port.
+    ``with_vault``: with a vault (a key file in ``tmp_path``; its token-endpoint client is unused)."""
+    async with SqliteStore(tmp_path / "control.db") as store, httpx.AsyncClient() as vault_http:
         key, _ = await create_api_key(store, "test", utcnow())
         runner = FakeRunner(store)
         bus = EventBus()
@@ -56,6 +62,7 @@ async def serve_api(
             runner=runner,
             config=config,
             blobs=FilesystemBlobStore(tmp_path / "blobs"),
+            vault=_vault(tmp_path, store, vault_http) if with_vault else None,
         )
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
@@ -82,3 +89,9 @@ async def serve_api(
             server.should_exit = True
             await asyncio.wait_for(task, timeout=10)
             sock.close()
+
+
+def _vault(tmp_path: Path, store: SqliteStore, http: httpx.AsyncClient) -> Vault:
+    keyring = Keyring(FileKek.load_or_create(tmp_path / "vault.kek"))
+    signer = CapabilitySigner.load_or_create(tmp_path / "vault-capability.key")
+    return Vault.create(store, keyring, signer, http, utcnow)

@@ -103,6 +103,7 @@ class _Hands(EdgeGateway):
         *,
         idempotency_key: str,
         timeout_s: float | None = None,
+        tunnel: Mapping[str, Any] | None = None,
     ) -> ToolResult:
         self.calls.append(f"mcp {server}.{tool}")
         raise asyncio.CancelledError
