@@ -30,10 +30,11 @@ import httpx
 import uvicorn
 
 from control_plane.admin_key import ADMIN_KEY_FILE, ensure_admin_key
-from control_plane.api.app import ApiConfig, ApiServices, create_app
+from control_plane.api.app import ApiConfig, ApiServices, create_app, deployment_service
 from control_plane.blobs import FilesystemBlobStore
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
+from control_plane.deployments import DeploymentScheduler
 from control_plane.edge_counts import count_edges
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
@@ -119,6 +120,7 @@ class ControlPlane:
         self.bus = EventBus()
         self.follower: LogFollower | None = None  # appends by other processes reach streams here
         self.pruner: Pruner | None = None
+        self.scheduler: DeploymentScheduler | None = None
         # Uploaded files' bytes, beside the rest of the data (shared by replicas: docs/scale-out.md).
         self.blobs = FilesystemBlobStore(config.data_dir / BLOBS_DIR)
         self.model: AnthropicModelClient | None = None
@@ -234,7 +236,7 @@ class ControlPlane:
         await self.harness.start()
 
         app = create_app(
-            ApiServices(
+            services := ApiServices(
                 store=self.store,
                 enrollment=self.enrollment,
                 registry=self.registry,
@@ -282,6 +284,9 @@ class ControlPlane:
                 },
             )
         )
+        # deployments: scheduled runs (each tick once, whichever process fires it)
+        self.scheduler = DeploymentScheduler(deployment_service(services), cfg.deployments)
+        await self.scheduler.start()
         # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on connections of such sockets, and
         # without it every keep-alive response waited ~40 ms between its header and body writes.
         family = socket.AF_INET6 if ":" in cfg.http_host else socket.AF_INET
@@ -511,6 +516,8 @@ class ControlPlane:
             self._cert_refresher.cancel()
         if self._recheck is not None:
             self._recheck.cancel()
+        if self.scheduler is not None:  # no new scheduled runs while draining
+            await self.scheduler.close()
         # Drain: no new calls to edges, edges told to move (they leave once their tunnel closes,
         # after the calls in flight answered); sessions stop at their next call to an edge and
         # their leases are released for the process the edges move to.

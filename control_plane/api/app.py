@@ -31,6 +31,7 @@ from control_plane.api.body_limit import (
     BodyLimitMiddleware,
 )
 from control_plane.api.caller import require_admin_key, unscoped_writes
+from control_plane.api.deployments import deployments_router
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
@@ -52,6 +53,7 @@ from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
+from control_plane.deployments import DeploymentService
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
 from control_plane.files import DEFAULT_MAX_FILE_BYTES, FileService
@@ -72,7 +74,14 @@ from control_plane.vault.components import Vault
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
-__all__ = ["ApiConfig", "ApiServices", "NullRunner", "RequestIdMiddleware", "create_app"]
+__all__ = [
+    "ApiConfig",
+    "ApiServices",
+    "NullRunner",
+    "RequestIdMiddleware",
+    "create_app",
+    "deployment_service",
+]
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +176,13 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         prices=services.model_prices,
         files=_file_service(services),  # outcomes: file rubrics
     )
+
+
+def deployment_service(services: ApiServices, sessions: SessionService | None = None) -> DeploymentService:
+    """The deployments' service on the API's parts (the API's routes and the scheduler use one each)."""
+    agents = AgentService(services.store, services.clock, outbound=services.outbound)
+    sessions = sessions or _session_service(services, agents)
+    return DeploymentService(services.store, sessions, agents, services.clock, prices=services.model_prices)
 
 
 def _environment_service(services: ApiServices) -> EnvironmentService:
@@ -276,4 +292,5 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     authed.include_router(
         tunnels_router(_tunnel_service(services)), dependencies=[Depends(unscoped_writes("changing tunnels"))]
     )
+    authed.include_router(deployments_router(deployment_service(services, sessions)))
     return authed

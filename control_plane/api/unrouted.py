@@ -28,8 +28,6 @@ UNSUPPORTED_PATH = "unsupported_path"  # details.error_code of the 404 for a pat
 #: ``{}`` stands for one path segment (an id); a path matches the entry whose segments start it.
 FEATURES: tuple[tuple[str, str], ...] = (
     ("/v1/dreams", "dreams"),
-    ("/v1/deployments", "deployments"),
-    ("/v1/deployment_runs", "deployment runs"),
     ("/v1/environments/{}/work", "environment work queues"),
     ("/v1/sessions/{}/threads", "session threads"),
     ("/v1/messages", "the Messages API (send model calls to the model endpoint)"),

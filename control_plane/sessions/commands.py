@@ -54,6 +54,10 @@ class CreateSession:
     vault_ids: Sequence[str] = ()
     resources: Sequence[Any] = ()  # raw ``github_repository`` params
     budget: Mapping[str, Any] | None = None  # raw ``budget`` param (checked by the service)
+    # Deployments: the deployment stamped on the session (its initial events may then hold a
+    # ``system.message``), and the id a scheduled tick derives (``Conflict`` if it exists).
+    deployment_id: str | None = None
+    session_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

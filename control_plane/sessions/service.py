@@ -123,6 +123,8 @@ _BUSY = frozenset({SessionStatus.RUNNING, SessionStatus.RESCHEDULING})
 _UPDATE_ATTEMPTS = 5
 _SCAN_BATCH = 500
 _MAX_INITIAL_EVENTS = 50
+_INITIAL_TYPES = frozenset({"user.message", "user.define_outcome"})
+_DEPLOYMENT_INITIAL_TYPES = _INITIAL_TYPES | {"system.message"}
 _NO_VAULT = "the vault (which seals tokens) is not configured on this control plane"
 
 
@@ -230,7 +232,7 @@ class SessionService:
         if command.initial_events:
             initial = parse_input_events(
                 list(command.initial_events),
-                allowed={"user.message", "user.define_outcome"},
+                allowed=_INITIAL_TYPES if command.deployment_id is None else _DEPLOYMENT_INITIAL_TYPES,
                 param="initial_events",
                 max_events=_MAX_INITIAL_EVENTS,
             )
@@ -238,7 +240,7 @@ class SessionService:
         now = self._clock()
         body = {**_new_session_body(command, snapshot, vault_ids, budget), "memory_stores": memory}
         body["skill_offers"] = skill_offers  # for the harness's system prompt (not in the API's view)
-        res = await self._store.create_resource("session", new_session_id(), body, now)
+        res = await self._store.create_resource("session", command.session_id or new_session_id(), body, now)
         created = await self._create_repositories(res.id, repositories, now)
         for index, resolved in enumerate([*memory, *files], start=len(created)):
             at = now + timedelta(microseconds=index)
@@ -596,7 +598,7 @@ def _new_session_body(
         "metadata": check_metadata(dict(command.metadata)),
         "title": command.title,
         "budget": budget.to_json() if budget is not None else None,
-        "deployment_id": None,
+        "deployment_id": command.deployment_id,
         "outcome_evaluations": [],
         "status": SessionStatus.IDLE.value,  # mirrored for the harness; the log is the truth
     }
