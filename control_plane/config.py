@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from control_plane.dreams.config import DreamsConfig
 from control_plane.files import DEFAULT_MAX_FILE_BYTES
 from control_plane.harness.config import HarnessConfig
 from control_plane.retention import RetentionConfig
@@ -135,6 +136,8 @@ class ControlPlaneConfig(BaseModel):
     harness: HarnessConfig = HarnessConfig()
     #: What the store forgets, and when: archived sessions, spent enrollment tokens.
     retention: RetentionConfig = RetentionConfig()
+    #: Dreams: claims, model requests, input bounds (docs/dreams.md).
+    dreams: DreamsConfig = DreamsConfig()
     vault_key_file: Path | None = Field(
         None,
         description="The vault's key-encryption key: 32 raw bytes, mode 0600. `null`: "

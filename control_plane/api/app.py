@@ -31,6 +31,7 @@ from control_plane.api.body_limit import (
     BodyLimitMiddleware,
 )
 from control_plane.api.caller import require_admin_key, unscoped_writes
+from control_plane.api.dreams import dreams_router
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
@@ -51,6 +52,7 @@ from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
+from control_plane.dreams import DreamService, DreamWaker, NullDreamWaker
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
 from control_plane.files import DEFAULT_MAX_FILE_BYTES, FileService
@@ -120,6 +122,7 @@ class ApiServices:
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)  # /readyz's checks
     outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
     model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
+    dreams: DreamWaker = field(default_factory=NullDreamWaker)  # runs dreams (None-like: they wait)
 
 
 class RequestIdMiddleware:
@@ -263,4 +266,5 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
         memory_stores_router(MemoryService(store, clock)),
         dependencies=[Depends(unscoped_writes("changing memory stores"))],
     )
+    authed.include_router(dreams_router(DreamService(store, clock, services.dreams)))
     return authed
