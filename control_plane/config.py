@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from control_plane.deployments.scheduler import DeploymentsConfig
+from control_plane.dreams.config import DreamsConfig
 from control_plane.files import DEFAULT_MAX_FILE_BYTES
 from control_plane.harness.config import HarnessConfig
 from control_plane.retention import RetentionConfig
@@ -138,6 +139,8 @@ class ControlPlaneConfig(BaseModel):
     retention: RetentionConfig = RetentionConfig()
     #: Scheduled runs of deployments: how often to check, when to pause a failing one.
     deployments: DeploymentsConfig = DeploymentsConfig()
+    #: Dreams: claims, model requests, input bounds (docs/dreams.md).
+    dreams: DreamsConfig = DreamsConfig()
     vault_key_file: Path | None = Field(
         None,
         description="The vault's key-encryption key: 32 raw bytes, mode 0600. `null`: "

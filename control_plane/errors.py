@@ -23,6 +23,8 @@
         │                         environments making one)
         ├── NotConfigured         the request needs a part this control plane runs without (the vault)
         ├── ContentTooLarge       content past its size cap (an uploaded file; .limit in bytes)
+        ├── DreamFailed           a dream cannot finish (.error_type: the dream's ``error.type``,
+        │                         e.g. invalid_model_output, input_not_found, memory_limit)
         ├── OutboundRefused       (control_plane.outbound) a user-named URL resolves to an address
         │                         the outbound rules refuse; nothing was dialled (.rule)
         └── EdgeUnavailable       no connected edge can serve the environment
@@ -42,6 +44,7 @@ __all__ = [
     "Conflict",
     "ContentTooLarge",
     "ControlPlaneError",
+    "DreamFailed",
     "EdgeUnavailable",
     "EnvironmentArchived",
     "EnvironmentNotFound",
@@ -186,6 +189,17 @@ class ContentTooLarge(ControlPlaneError):
     def __init__(self, limit: int, what: str = "content") -> None:
         super().__init__(f"{what} is larger than the limit of {limit} bytes")
         self.limit = limit
+
+
+class DreamFailed(ControlPlaneError):
+    """A dream cannot finish: ``error_type`` is what its ``error.type`` says (``invalid_model_output``:
+    the model's answer is not a valid ``record_memories`` call; ``input_not_found``: an input went
+    away; ``memory_limit``: a write broke the memory rules; a model error's own type)."""
+
+    def __init__(self, error_type: str, message: str) -> None:
+        super().__init__(message)
+        self.error_type = error_type
+        self.message = message
 
 
 class EdgeUnavailable(ControlPlaneError):

@@ -35,6 +35,7 @@ from control_plane.blobs import FilesystemBlobStore
 from control_plane.bus import EventBus
 from control_plane.config import ControlPlaneConfig
 from control_plane.deployments import DeploymentScheduler
+from control_plane.dreams import DreamScheduler
 from control_plane.edge_counts import count_edges
 from control_plane.enroll import CertificateAuthority, EnrollmentService
 from control_plane.enroll.http_tls import HttpTls, prepare_http_tls
@@ -125,6 +126,7 @@ class ControlPlane:
         self.blobs = FilesystemBlobStore(config.data_dir / BLOBS_DIR)
         self.model: AnthropicModelClient | None = None
         self.harness: Harness | None = None
+        self.dreams: DreamScheduler | None = None  # runs dreams (docs/dreams.md)
         self.mcp: McpRouter | None = None  # the harness's route to agents' MCP servers
         self.tunnels: TunnelService | None = None  # MCP tunnels, which the MCP router reads
         self.vault: Vault | None = None  # vault: credentials for MCP servers the control plane calls
@@ -234,6 +236,9 @@ class ControlPlane:
         harness = self.harness
         self.metrics.bind(active_sessions=lambda: len(harness.active_sessions()))
         await self.harness.start()
+        budget = cfg.harness.model_copy(update={"max_tokens": cfg.dreams.max_tokens}).context_budget
+        self.dreams = DreamScheduler(self.store, metered_model, cfg.dreams, budget_tokens=budget)
+        await self.dreams.start()
 
         app = create_app(
             services := ApiServices(
@@ -250,6 +255,7 @@ class ControlPlane:
                 outbound=self.outbound,
                 model_prices=cfg.harness.model_prices,
                 tunnel_base_domain=cfg.tunnel_base_domain,
+                dreams=self.dreams,
                 config=ApiConfig(
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
@@ -526,6 +532,8 @@ class ControlPlane:
             self.tunnel.announce_drain(self.config.drain_grace_s)
         if self.harness is not None:
             await self.harness.close(grace_s=self.config.drain_grace_s)
+        if self.dreams is not None:
+            await self.dreams.close()  # claims given back: another process resumes them
         if self.tunnel is not None:
             await self.tunnel.stop(self.config.drain_grace_s)
         if self.presence is not None:

@@ -211,6 +211,18 @@ async def _threads_list(b: Beta, ids: Ids) -> Any:
     return result
 
 
+async def _dream_cancel(b: Beta, ids: Ids) -> Any:
+    """A fresh dream canceled at once (the planned one may have ended by now: a 400), kept for
+    ``dreams.archive`` (a canceled dream may be archived)."""
+    inputs: Any = [
+        {"type": "memory_store", "memory_store_id": ids["memory_store_id"]},
+        {"type": "sessions", "session_ids": [ids["session_id"]]},
+    ]
+    fresh = await parse(await b.dreams.create(model=MODEL, inputs=inputs))
+    ids["canceled_dream_id"] = fresh.id
+    return await b.dreams.cancel(fresh.id)
+
+
 async def _download(response: Awaitable[Any]) -> bytes:
     return bytes(await (await response).read())  # a 2xx with content: served
 
@@ -370,8 +382,8 @@ def _plan() -> dict[str, Call]:  # one table, read top to bottom
         ),
         "dreams.retrieve": lambda b, i: b.dreams.retrieve(i["dream_id"]),
         "dreams.list": lambda b, i: b.dreams.list(),
-        "dreams.cancel": lambda b, i: b.dreams.cancel(i["dream_id"]),
-        "dreams.archive": lambda b, i: b.dreams.archive(i["dream_id"]),
+        "dreams.cancel": _dream_cancel,
+        "dreams.archive": lambda b, i: b.dreams.archive(i["canceled_dream_id"]),
         # deployments and their runs
         "deployments.create": keep(
             "deployment_id",

@@ -32,6 +32,7 @@ from control_plane.api.body_limit import (
 )
 from control_plane.api.caller import require_admin_key, unscoped_writes
 from control_plane.api.deployments import deployments_router
+from control_plane.api.dreams import dreams_router
 from control_plane.api.enroll_routes import enroll_router, operator_router
 from control_plane.api.environments import environments_router
 from control_plane.api.errors import install_error_handlers
@@ -54,6 +55,7 @@ from control_plane.api.vaults import vaults_router
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
 from control_plane.deployments import DeploymentService
+from control_plane.dreams import DreamService, DreamWaker, NullDreamWaker
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
 from control_plane.files import DEFAULT_MAX_FILE_BYTES, FileService
@@ -132,6 +134,7 @@ class ApiServices:
     outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
     model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
     tunnel_base_domain: str = DEFAULT_BASE_DOMAIN  # MCP tunnels' domains are made under it
+    dreams: DreamWaker = field(default_factory=NullDreamWaker)  # runs dreams (None-like: they wait)
 
 
 class RequestIdMiddleware:
@@ -293,4 +296,5 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
         tunnels_router(_tunnel_service(services)), dependencies=[Depends(unscoped_writes("changing tunnels"))]
     )
     authed.include_router(deployments_router(deployment_service(services, sessions)))
+    authed.include_router(dreams_router(DreamService(store, clock, services.dreams)))
     return authed

@@ -1,10 +1,10 @@
 """What a path no route serves answers: a 404 ``not_found_error`` that names the feature.
 
 The official SDK knows more of the Managed Agents API than Outpost serves. A call to a part Outpost
-does not serve (``client.beta.dreams.list()``) gets, instead of a bare "Not Found"::
+does not serve (``GET /v1/organizations/me``) gets, instead of a bare "Not Found"::
 
     404 {"type": "error", "error": {"type": "not_found_error",
-         "message": "/v1/dreams is not supported by Outpost yet (dreams)",
+         "message": "/v1/organizations/me is not supported by Outpost yet (organization administration)",
          "details": {"error_code": "unsupported_path"}}}
 
 The feature is the most specific entry of :data:`FEATURES` (the SDK's resource prefixes) the path
@@ -27,7 +27,6 @@ UNSUPPORTED_PATH = "unsupported_path"  # details.error_code of the 404 for a pat
 #: The SDK's resource prefixes Outpost does not serve (yet), each with the feature's name.
 #: ``{}`` stands for one path segment (an id); a path matches the entry whose segments start it.
 FEATURES: tuple[tuple[str, str], ...] = (
-    ("/v1/dreams", "dreams"),
     ("/v1/environments/{}/work", "environment work queues"),
     ("/v1/sessions/{}/threads", "session threads"),
     ("/v1/messages", "the Messages API (send model calls to the model endpoint)"),

@@ -142,13 +142,16 @@ class MemoryService:
 
     # -- memory stores -------------------------------------------------------------------------
 
-    async def create_store(self, command: CreateMemoryStore) -> Resource:
+    async def create_store(self, command: CreateMemoryStore, *, store_id: str | None = None) -> Resource:
+        """``store_id``: a caller-chosen id (a dream's output store, derived from the dream's id,
+        so that two attempts make one store: the second gets ``Conflict``); default: a new one."""
         body = {
             "name": _check_name(command.name),
             "description": _check_description(command.description),
             "metadata": check_metadata(dict(command.metadata)),
         }
-        return await self._store.create_resource(MEMORY_STORE_KIND, _new_id("memstore_"), body, self._clock())
+        new_id = store_id or _new_id("memstore_")
+        return await self._store.create_resource(MEMORY_STORE_KIND, new_id, body, self._clock())
 
     async def get_store(self, store_id: str) -> Resource:
         return await self._store.get_resource(MEMORY_STORE_KIND, store_id)
@@ -201,6 +204,12 @@ class MemoryService:
 
     async def get_memory(self, store_id: str, memory_id: str, *, full: bool = True) -> MemoryRecord:
         return await self._store.get_memory(store_id, memory_id, with_content=full)
+
+    async def memory_at(self, store_id: str, path: str, *, full: bool = True) -> MemoryRecord | None:
+        """The memory at exactly ``path`` (after :func:`check_path`), ``None`` if none is there."""
+        path = check_path(path)
+        found = await self._store.list_memories(store_id, path_from=path, limit=1, with_content=full)
+        return found[0] if found and found[0].path == path else None
 
     async def update_memory(
         self, store_id: str, memory_id: str, command: UpdateMemory, actor: MemoryActor | None

@@ -345,6 +345,10 @@ class SessionService:
             raise InvalidRequest(
                 f"session {session_id!r} is terminated; it takes no more events", param="session_id"
             )
+        if session.body.get("dream_id"):  # a dream's record (docs/dreams.md), not an agent's session
+            raise InvalidRequest(
+                f"session {session_id!r} runs a dream; it takes no events", param="session_id"
+            )
         events = parse_input_events(raw_events)
         events = await prepare_outcomes(events, self._store, session_id, self._files, "events")
         await check_answers(self._store, session_id, events, "events")
