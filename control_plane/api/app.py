@@ -49,6 +49,7 @@ from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
+from control_plane.api.webhook_endpoints import webhook_endpoints_router
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
@@ -67,6 +68,13 @@ from control_plane.skills import SkillLimits, SkillService
 from control_plane.store.base import Store
 from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
+from control_plane.webhooks import (
+    EndpointSecrets,
+    EndpointService,
+    SessionLifecycleWebhooks,
+    WebhookConfig,
+    WebhookOutbox,
+)
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -120,6 +128,8 @@ class ApiServices:
     readiness: Mapping[str, ReadinessCheck] = field(default_factory=dict)  # /readyz's checks
     outbound: OutboundGuard = field(default_factory=OutboundGuard)  # checks URLs the API stores
     model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
+    webhooks: WebhookOutbox | None = None  # None: no session.created/archived/deleted webhooks
+    webhook_config: WebhookConfig = field(default_factory=WebhookConfig)
 
 
 class RequestIdMiddleware:
@@ -163,6 +173,7 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         agents=agents,
         prices=services.model_prices,
         files=_file_service(services),  # outcomes: file rubrics
+        hooks=SessionLifecycleWebhooks(services.store, services.webhooks) if services.webhooks else None,
     )
 
 
@@ -196,6 +207,18 @@ def _skill_service(services: ApiServices) -> SkillService | None:
     if services.blobs is None:
         return None
     return SkillService(services.store, services.blobs, services.clock, limits=services.config.skill_limits)
+
+
+def _endpoint_service(services: ApiServices) -> EndpointService | None:
+    if services.vault is None:
+        return None
+    return EndpointService(
+        services.store,
+        EndpointSecrets(services.vault.service.keyring),
+        services.clock,
+        outbound=services.outbound,
+        config=services.webhook_config,
+    )
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -262,5 +285,9 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     authed.include_router(
         memory_stores_router(MemoryService(store, clock)),
         dependencies=[Depends(unscoped_writes("changing memory stores"))],
+    )
+    authed.include_router(
+        webhook_endpoints_router(_endpoint_service(services)),
+        dependencies=[Depends(unscoped_writes("changing webhook endpoints"))],
     )
     return authed
