@@ -11,6 +11,8 @@
     outpost-control destroy-sandbox --environment ENV_ID --session SESSION
     outpost-control api-keys create --name NAME [--scope read_only] [--environment ENV_ID] [--ttl-s S]
     outpost-control api-keys list | api-keys revoke KEY_ID | api-keys rotate-admin --data-dir DIR
+    outpost-control webhooks create --endpoint-url URL [--event-type TYPE] | webhooks list
+    outpost-control webhooks rotate-secret ENDPOINT_ID [--out FILE] | webhooks delete ENDPOINT_ID
     outpost-control migrate [--config FILE] | store copy --from sqlite:///PATH --to postgresql://...
 
 Operator commands talk to the HTTP API (``--url``, default ``$OUTPOST_URL`` or
@@ -24,6 +26,7 @@ unreachable. The modules: :mod:`control_plane.cli_serve` (``serve``),
 :mod:`control_plane.cli_fleet` (environments, tokens, edges, exec),
 :mod:`control_plane.cli_sessions` (sessions), :mod:`control_plane.cli_api_keys` (api-keys),
 :mod:`control_plane.cli_store` (migrate, store copy: on the store itself, not through the API),
+:mod:`control_plane.cli_webhooks` (webhook endpoints),
 :mod:`control_plane.cli_client` (the HTTP calls).
 """
 
@@ -38,6 +41,7 @@ from control_plane.cli_fleet import FLEET_COMMANDS, add_fleet_parsers
 from control_plane.cli_serve import add_serve_parser, run_serve
 from control_plane.cli_sessions import SESSION_COMMANDS, add_session_parsers
 from control_plane.cli_store import STORE_COMMANDS, add_store_parsers
+from control_plane.cli_webhooks import WEBHOOK_COMMANDS, add_webhook_parsers
 from outpost_wire.cli_support import ArgumentParser, run_cli
 from outpost_wire.logfmt import configure_logging
 
@@ -59,6 +63,7 @@ def _parser() -> argparse.ArgumentParser:
     add_session_parsers(sub)
     add_api_key_parsers(sub)
     add_store_parsers(sub)
+    add_webhook_parsers(sub)
     return p
 
 
@@ -73,6 +78,7 @@ _COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     **SESSION_COMMANDS,
     **API_KEY_COMMANDS,
     **STORE_COMMANDS,
+    **WEBHOOK_COMMANDS,
 }
 
 

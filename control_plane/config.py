@@ -16,6 +16,7 @@ from control_plane.skills.archive import DEFAULT_MAX_FILE_BYTES as DEFAULT_MAX_S
 from control_plane.skills.archive import DEFAULT_MAX_FILES
 from control_plane.skills.archive import DEFAULT_MAX_TOTAL_BYTES as DEFAULT_MAX_SKILL_BYTES
 from control_plane.store.options import StoreOptions
+from control_plane.webhooks.config import WebhookConfig
 from outpost_wire.addresses import AddressPolicy
 
 __all__ = ["ControlPlaneConfig"]
@@ -141,6 +142,8 @@ class ControlPlaneConfig(BaseModel):
     deployments: DeploymentsConfig = DeploymentsConfig()
     #: Dreams: claims, model requests, input bounds (docs/dreams.md).
     dreams: DreamsConfig = DreamsConfig()
+    #: Webhook deliveries: timeouts, retries, what is kept (docs/webhooks.md).
+    webhooks: WebhookConfig = WebhookConfig()
     vault_key_file: Path | None = Field(
         None,
         description="The vault's key-encryption key: 32 raw bytes, mode 0600. `null`: "

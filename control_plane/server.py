@@ -69,6 +69,7 @@ from control_plane.tunnel import (
 )
 from control_plane.tunnel.recheck import EdgeRecheck
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
+from control_plane.webhooks import EndpointSecrets, SessionWebhookFeed, WebhookDeliverer, WebhookOutbox
 from outpost_wire.admission import refusal_message
 from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
@@ -122,6 +123,9 @@ class ControlPlane:
         self.follower: LogFollower | None = None  # appends by other processes reach streams here
         self.pruner: Pruner | None = None
         self.scheduler: DeploymentScheduler | None = None
+        self.webhooks: WebhookOutbox | None = None  # webhooks: the outbox others emit() into
+        self.webhook_deliverer: WebhookDeliverer | None = None
+        self.webhook_feed: SessionWebhookFeed | None = None  # session.* webhooks from the log
         # Uploaded files' bytes, beside the rest of the data (shared by replicas: docs/scale-out.md).
         self.blobs = FilesystemBlobStore(config.data_dir / BLOBS_DIR)
         self.model: AnthropicModelClient | None = None
@@ -170,9 +174,10 @@ class ControlPlane:
         # configured one must exist), the broker's capability key beside the data --
         kek_load = FileKek.load if cfg.vault_key_file else FileKek.load_or_create
         self._vault_http = self.outbound.http_client(timeout_s=15.0)
+        keyring = Keyring(kek_load(cfg.effective_vault_key_file))
         self.vault = Vault.create(
             self.store,
-            Keyring(kek_load(cfg.effective_vault_key_file)),
+            keyring,
             CapabilitySigner.load_or_create(cfg.data_dir / VAULT_CAPABILITY_KEY_FILE),
             self._vault_http,
             _utcnow,
@@ -211,6 +216,7 @@ class ControlPlane:
         # retention: archived sessions, spent tokens, expired files
         self.pruner = Pruner(self.store, cfg.retention, files=files)
         await self.pruner.start()
+        await self._start_webhooks(EndpointSecrets(keyring))
 
         api_key = model_api_key(cfg, os.environ)  # model_api_key_file, else $ANTHROPIC_API_KEY
         if not api_key:
@@ -256,6 +262,8 @@ class ControlPlane:
                 model_prices=cfg.harness.model_prices,
                 tunnel_base_domain=cfg.tunnel_base_domain,
                 dreams=self.dreams,
+                webhooks=self.webhooks,
+                webhook_config=cfg.webhooks,
                 config=ApiConfig(
                     max_body_bytes=cfg.http_max_body_bytes,
                     max_content_body_bytes=cfg.http_max_content_body_bytes,
@@ -514,6 +522,22 @@ class ControlPlane:
         if self.registry.disconnect(edge_id, ErrorCode.UNAUTHENTICATED, refusal_message("revoked")):
             log.warning("edge %s revoked: its tunnel was cut", edge_id)
 
+    async def _start_webhooks(self, endpoint_secrets: EndpointSecrets) -> None:
+        """The outbox (always: the API and others emit into it); the deliverer and the session feed
+        when ``webhooks.enabled`` (several processes may run them: docs/webhooks.md)."""
+        assert self.store is not None
+        cfg = self.config.webhooks
+        self.webhooks = WebhookOutbox(self.store, _utcnow, cfg)
+        if not cfg.enabled:
+            return
+        self.webhook_deliverer = WebhookDeliverer(
+            self.store, endpoint_secrets, self.outbound, _utcnow, cfg, holder=self.id
+        )
+        self.webhooks.wake = self.webhook_deliverer.wake
+        await self.webhook_deliverer.start()
+        self.webhook_feed = SessionWebhookFeed(self.store, self.webhooks)
+        await self.webhook_feed.start()
+
     async def close(self) -> None:
         if self._closed:
             return
@@ -542,6 +566,9 @@ class ControlPlane:
             await self.follower.close()
         if self.pruner is not None:
             await self.pruner.close()
+        for webhook_part in (self.webhook_feed, self.webhook_deliverer):
+            if webhook_part is not None:
+                await webhook_part.close()
         if self._http is not None and self._http_task is not None:
             self._http.should_exit = True
             with contextlib.suppress(Exception):

@@ -52,9 +52,10 @@ from control_plane.api.streaming import StreamSlots
 from control_plane.api.tunnels import tunnels_router
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
+from control_plane.api.webhook_endpoints import webhook_endpoints_router
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
-from control_plane.deployments import DeploymentService
+from control_plane.deployments import DeploymentService, no_listener
 from control_plane.dreams import DreamService, DreamWaker, NullDreamWaker
 from control_plane.enroll import EnrollmentService
 from control_plane.environments import EnvironmentService
@@ -73,6 +74,14 @@ from control_plane.skills import SkillLimits, SkillService
 from control_plane.store.base import Store
 from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
+from control_plane.webhooks import (
+    DeploymentRunWebhooks,
+    EndpointSecrets,
+    EndpointService,
+    SessionLifecycleWebhooks,
+    WebhookConfig,
+    WebhookOutbox,
+)
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -135,6 +144,8 @@ class ApiServices:
     model_prices: Mapping[str, ModelPrice] | None = None  # sessions' list prices (None: the defaults)
     tunnel_base_domain: str = DEFAULT_BASE_DOMAIN  # MCP tunnels' domains are made under it
     dreams: DreamWaker = field(default_factory=NullDreamWaker)  # runs dreams (None-like: they wait)
+    webhooks: WebhookOutbox | None = None  # None: no session.created/archived/deleted webhooks
+    webhook_config: WebhookConfig = field(default_factory=WebhookConfig)
 
 
 class RequestIdMiddleware:
@@ -178,6 +189,7 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         agents=agents,
         prices=services.model_prices,
         files=_file_service(services),  # outcomes: file rubrics
+        hooks=SessionLifecycleWebhooks(services.store, services.webhooks) if services.webhooks else None,
     )
 
 
@@ -185,7 +197,10 @@ def deployment_service(services: ApiServices, sessions: SessionService | None = 
     """The deployments' service on the API's parts (the API's routes and the scheduler use one each)."""
     agents = AgentService(services.store, services.clock, outbound=services.outbound)
     sessions = sessions or _session_service(services, agents)
-    return DeploymentService(services.store, sessions, agents, services.clock, prices=services.model_prices)
+    on_run = DeploymentRunWebhooks(services.store, services.webhooks) if services.webhooks else no_listener
+    return DeploymentService(
+        services.store, sessions, agents, services.clock, prices=services.model_prices, on_run=on_run
+    )
 
 
 def _environment_service(services: ApiServices) -> EnvironmentService:
@@ -225,6 +240,18 @@ def _skill_service(services: ApiServices) -> SkillService | None:
     if services.blobs is None:
         return None
     return SkillService(services.store, services.blobs, services.clock, limits=services.config.skill_limits)
+
+
+def _endpoint_service(services: ApiServices) -> EndpointService | None:
+    if services.vault is None:
+        return None
+    return EndpointService(
+        services.store,
+        EndpointSecrets(services.vault.service.keyring),
+        services.clock,
+        outbound=services.outbound,
+        config=services.webhook_config,
+    )
 
 
 def create_app(services: ApiServices) -> FastAPI:
@@ -297,4 +324,8 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     )
     authed.include_router(deployments_router(deployment_service(services, sessions)))
     authed.include_router(dreams_router(DreamService(store, clock, services.dreams)))
+    authed.include_router(
+        webhook_endpoints_router(_endpoint_service(services)),
+        dependencies=[Depends(unscoped_writes("changing webhook endpoints"))],
+    )
     return authed

@@ -31,7 +31,7 @@ FEATURES: tuple[tuple[str, str], ...] = (
     ("/v1/sessions/{}/threads", "session threads"),
     ("/v1/messages", "the Messages API (send model calls to the model endpoint)"),
     ("/v1/models", "the models listing"),
-    ("/v1/webhooks", "webhooks"),
+    ("/v1/webhooks", "webhooks; Outpost manages endpoints at /v1/outpost/webhook_endpoints"),
     ("/v1/organizations", "organization administration"),
 )
 

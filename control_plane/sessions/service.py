@@ -115,7 +115,7 @@ from control_plane.sessions.usage import (
 )
 from control_plane.store.base import Event, EventLog, NewEvent, Order, Page, Resource, Resources
 
-__all__ = ["RunnerCalls", "SessionService", "SessionStore", "new_session_id"]
+__all__ = ["RunnerCalls", "SessionHooks", "SessionService", "SessionStore", "new_session_id"]
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +134,13 @@ def new_session_id() -> str:
 
 class SessionStore(Resources, EventLog, Protocol):
     """The store roles the session service uses."""
+
+
+class SessionHooks(Protocol):
+    """Told after a session was ``created``, ``archived`` or ``deleted`` (the change is durable;
+    it never raises): the ``session.*`` webhooks without a log event of their own."""
+
+    async def session_changed(self, change: str, session_id: str, environment_id: str | None) -> None: ...
 
 
 class RunnerCalls:
@@ -175,7 +182,9 @@ class SessionService:
         agents: AgentService | None = None,
         prices: Mapping[str, ModelPrice] | None = None,
         files: RubricFiles | None = None,
+        hooks: SessionHooks | None = None,
     ) -> None:
+        self._hooks = hooks  # session.created / archived / deleted webhooks (None: none)
         self._store = store
         self._files = files  # outcomes: where file rubrics are read (None: file rubrics refused)
         self._prices = dict(prices) if prices is not None else default_model_prices()
@@ -250,6 +259,7 @@ class SessionService:
         if initial:
             await append_and_publish(self._store, self._bus, res.id, initial, now)
             await self._runner.wake(res.id)
+        await self._tell("created", res)
         return await self._view(res)
 
     async def list_sessions(self, query: SessionQuery, viewer: Viewer) -> SessionPage:
@@ -322,15 +332,17 @@ class SessionService:
         if (await read_status(self._store, session_id)).status is not SessionStatus.TERMINATED:
             terminated = NewEvent(new_event_id(), "session.status_terminated", {})
             await append_and_publish(self._store, self._bus, session_id, [terminated], now)
+        await self._tell("archived", res)
         return await self._view(res)
 
     async def delete(self, session_id: str, viewer: Viewer) -> None:
-        await self.session(session_id, viewer)
+        session = await self.session(session_id, viewer)
         await self._runner.session_ended(session_id)  # first, so the harness stops before the log goes
         for resource in await list_session_resources(self._store, session_id):
             await self._store.delete_resource(RESOURCE_KIND, resource.id)
         await self._store.delete_resource("session", session_id)
         self._bus.publish_persisted(session_id, 0)  # wake live streams: they find the session gone
+        await self._tell("deleted", session)
 
     # -- events ----------------------------------------------------------------------------
     async def send_events(self, session_id: str, raw_events: Any, viewer: Viewer) -> list[Event]:
@@ -442,6 +454,13 @@ class SessionService:
         await self._store.delete_resource(RESOURCE_KIND, resource_id)
 
     # -- helpers ---------------------------------------------------------------------------
+    async def _tell(self, change: str, res: Resource) -> None:
+        if self._hooks is not None:
+            environment_id = res.body.get("environment_id")
+            await self._hooks.session_changed(
+                change, res.id, environment_id if isinstance(environment_id, str) else None
+            )
+
     async def _view(self, res: Resource) -> SessionView:
         status = await read_status(self._store, res.id)
         repositories = await list_session_resources(self._store, res.id)
