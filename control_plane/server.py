@@ -69,7 +69,13 @@ from control_plane.tunnel import (
 )
 from control_plane.tunnel.recheck import EdgeRecheck
 from control_plane.vault import CapabilitySigner, FileKek, Keyring, Vault
-from control_plane.webhooks import EndpointSecrets, SessionWebhookFeed, WebhookDeliverer, WebhookOutbox
+from control_plane.webhooks import (
+    EndpointSecrets,
+    RefreshFailedWebhooks,
+    SessionWebhookFeed,
+    WebhookDeliverer,
+    WebhookOutbox,
+)
 from outpost_wire.admission import refusal_message
 from outpost_wire.channel import grpc_message_limit
 from outpost_wire.errors import ErrorCode
@@ -537,6 +543,8 @@ class ControlPlane:
         await self.webhook_deliverer.start()
         self.webhook_feed = SessionWebhookFeed(self.store, self.webhooks)
         await self.webhook_feed.start()
+        if self.vault is not None:
+            self.vault.refresher.on_refresh_failed = RefreshFailedWebhooks(self.store, self.webhooks)
 
     async def close(self) -> None:
         if self._closed:

@@ -31,7 +31,7 @@ import logging
 import re
 import secrets
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -115,6 +115,9 @@ class OAuthRefresher:
         self.claim_poll_s = claim_poll_s
         self.request_timeout_s = request_timeout_s
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        #: Told ``(vault_id, credential_id)`` when a refresh this process attempted for a token
+        #: due failed (the ``vault_credential.refresh_failed`` webhook); set by the composition.
+        self.on_refresh_failed: Callable[[str, str], Awaitable[None]] | None = None
 
     # -- public -----------------------------------------------------------------------------------
 
@@ -133,9 +136,19 @@ class OAuthRefresher:
                 res, payload = await self._refresh(credential.id, force=False)
             except RefreshFailed as exc:
                 res, payload = await self._read(credential.id)
-                if exc.outcome != "no_refresh_token" and self._expired(res):
-                    raise
+                if exc.outcome != "no_refresh_token":
+                    await self._tell_refresh_failed(res)
+                    if self._expired(res):
+                        raise
         return self._material(res, payload)
+
+    async def _tell_refresh_failed(self, res: Resource) -> None:
+        if self.on_refresh_failed is None:
+            return
+        try:
+            await self.on_refresh_failed(str(res.body["vault_id"]), res.id)
+        except Exception:
+            log.exception("credential %s: refresh failure not reported", res.id)
 
     async def refresh(self, credential_id: str) -> RefreshResult:
         """Refresh now, whatever the expiry (credential validation)."""

@@ -11,6 +11,7 @@ from control_plane.webhooks.outbox import DELIVERY_KIND, WebhookOutbox
 from control_plane.webhooks.service import ENDPOINT_KIND, EndpointSecrets, EndpointService
 from control_plane.webhooks.session_feed import (
     DeploymentRunWebhooks,
+    RefreshFailedWebhooks,
     SessionLifecycleWebhooks,
     SessionWebhookFeed,
 )
@@ -25,6 +26,7 @@ __all__ = [
     "EndpointSecrets",
     "EndpointService",
     "EndpointView",
+    "RefreshFailedWebhooks",
     "SessionLifecycleWebhooks",
     "SessionWebhookFeed",
     "UpdateEndpoint",

@@ -232,3 +232,26 @@ class DeploymentRunWebhooks:
             )
         except Exception:
             log.exception("webhook %s for %s not recorded", event, run.id)
+
+
+class RefreshFailedWebhooks:
+    """The vault's OAuth refresher's ``on_refresh_failed``: ``vault_credential.refresh_failed``,
+    once per access token that could not be refreshed (the token's expiry is the cause, so a
+    refresh failing on every tool call until the token expires sends one webhook)."""
+
+    def __init__(self, store: Resources, outbox: WebhookOutbox) -> None:
+        self._store = store
+        self._outbox = outbox
+
+    async def __call__(self, vault_id: str, credential_id: str) -> None:
+        try:
+            res = await self._store.get_resource("vault_credential", credential_id)
+            expires = res.body.get("auth", {}).get("expires_at")
+            await self._outbox.emit(
+                "vault_credential.refresh_failed",
+                credential_id,
+                extra={"vault_id": vault_id},
+                cause=f"{credential_id}:{expires}",
+            )
+        except Exception:
+            log.exception("webhook vault_credential.refresh_failed for %s not recorded", credential_id)

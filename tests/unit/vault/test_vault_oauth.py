@@ -245,3 +245,44 @@ async def test_stored_urls_are_checked(setup: Setup) -> None:
         assert caught.value.param == "auth.refresh.token_endpoint"
     with pytest.raises(InvalidRequest, match=r"rule: outbound\.private"):
         await strict.create_credential(vault_id, static_bearer("https://10.1.2.3/mcp"))
+
+
+async def test_a_failed_refresh_of_a_due_token_is_reported_once_per_token(setup: Setup) -> None:
+    """``on_refresh_failed`` hears of every failed refresh of a due token (not of a forced one,
+    not of a credential without a refresh token); the webhook adapter makes it one
+    ``vault_credential.refresh_failed`` per access token, however often the refresh fails."""
+    from control_plane.webhooks import RefreshFailedWebhooks, WebhookConfig, WebhookOutbox
+    from control_plane.webhooks.envelope import event_id
+
+    told: list[tuple[str, str]] = []
+    outbox = WebhookOutbox(setup.store, setup.clock, WebhookConfig())
+    emitted: list[str] = []
+    adapter = RefreshFailedWebhooks(setup.store, outbox)
+
+    async def tell(vault_id: str, credential_id: str) -> None:
+        told.append((vault_id, credential_id))
+        await adapter(vault_id, credential_id)
+
+    async def record(event_type: str, subject_id: str, **kw: object) -> str:
+        emitted.append(f"{event_type} {subject_id} {kw['cause']}")
+        return event_id(str(kw["cause"]), event_type)
+
+    outbox.emit = record  # type: ignore[method-assign]
+    setup.endpoint.fail = True
+    cid = await setup.credential(expires_in_s=30)
+    refresher = setup.refresher()
+    refresher.on_refresh_failed = tell
+    setup.clock.advance(1)  # due (within the refresh margin), still valid
+    for _ in range(3):
+        assert (await refresher.get_token(cid)).reveal() == "at-old"
+    assert (await refresher.refresh(cid)).status == "failed"  # a forced refresh answers for itself
+    assert told == [(setup.vault_id, cid)] * 3
+    assert len(set(emitted)) == 1 and emitted[0].startswith(f"vault_credential.refresh_failed {cid} ")
+    params = mcp_oauth(
+        refresh=False,
+        expires_at=setup.clock.now + timedelta(seconds=5),
+        url="https://other.example.com/mcp",
+    )
+    plain = (await setup.service.create_credential(setup.vault_id, params)).id
+    await refresher.get_token(plain)
+    assert len(told) == 3  # nothing to refresh with is not a failed refresh
