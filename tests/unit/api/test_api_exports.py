@@ -12,7 +12,14 @@ EXPECTED = {
     "control_plane.api.agents": {"agents_router"},
     "control_plane.agents": {"AgentService"},
     "control_plane.agents.service": {"AgentService", "new_agent_id"},
-    "control_plane.api.app": {"ApiConfig", "ApiServices", "NullRunner", "RequestIdMiddleware", "create_app"},
+    "control_plane.api.app": {
+        "ApiConfig",
+        "ApiServices",
+        "NullRunner",
+        "RequestIdMiddleware",
+        "create_app",
+        "deployment_service",
+    },
     "control_plane.api.api_keys": {
         "MAX_ENVIRONMENTS",
         "MAX_TTL_S",
