@@ -56,6 +56,7 @@ from control_plane.retention import Pruner
 from control_plane.sessions.memory_resources import memory_mounts
 from control_plane.sessions.repository_tokens import RepositoryTokens, list_session_resources, to_wire
 from control_plane.sessions.session_content import content_mounts, open_blob
+from control_plane.sessions.thread_views import sandbox_owner
 from control_plane.skills import SkillLimits
 from control_plane.store import open_store
 from control_plane.store.base import EdgeRecord, Store
@@ -467,6 +468,7 @@ class ControlPlane:
         ``control_plane.sessions.repository_tokens``)."""
         spec = await self._environment_spec(environment_id)
         assert self.store is not None
+        session_id = sandbox_owner(session_id)  # a subagent thread's own sandbox: its session's resources
         everything = await list_session_resources(self.store, session_id)
         spec = replace(spec, memory_mounts=memory_mounts(everything))
         spec = replace(spec, blob_mounts=await content_mounts(self.store, session_id, everything))
@@ -483,7 +485,7 @@ class ControlPlane:
     async def _open_blob(self, session_id: str, mount: BlobMount) -> AsyncIterator[bytes]:
         """A file's or skill's bytes, for the gateway to push to the session's edge."""
         assert self.store is not None
-        return await open_blob(self.store, self.blobs, session_id, mount)
+        return await open_blob(self.store, self.blobs, sandbox_owner(session_id), mount)
 
     def _repository_tokens(self) -> RepositoryTokens | None:
         return RepositoryTokens(self.vault.service.keyring) if self.vault is not None else None

@@ -345,7 +345,8 @@ def _plan() -> dict[str, Call]:  # one table, read top to bottom
             i["thread_id"], session_id=i["session_id"]
         ),
         "sessions.threads.events.stream": lambda b, i: read_stream(
-            b.sessions.threads.events.stream(i["thread_id"], session_id=i["session_id"]), None
+            b.sessions.threads.events.stream(i["thread_id"], session_id=i["session_id"]),
+            lambda: b.sessions.events.send(i["session_id"], events=[_message("And again.")]),
         ),
         "sessions.threads.archive": lambda b, i: b.sessions.threads.archive(
             i["thread_id"], session_id=i["session_id"]

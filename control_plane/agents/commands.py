@@ -40,7 +40,7 @@ class CreateAgent:
     skills: Sequence[SkillParams] = ()
     metadata: Mapping[str, str] = field(default_factory=dict)
     execution_identity: ExecutionIdentity | None = None
-    multiagent: Mapping[str, Any] | None = None  # refused when given: not supported yet
+    multiagent: Mapping[str, Any] | None = None  # resolved: control_plane/agents/multiagent.py
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +58,7 @@ class UpdateAgent:
     skills: Sequence[SkillParams] | Keep | None = KEEP
     metadata: Mapping[str, str | None] | Keep | None = KEEP  # upsert, ``None`` values delete
     execution_identity: ExecutionIdentity | Keep | None = KEEP
-    multiagent: Mapping[str, Any] | Keep | None = KEEP  # refused unless None
+    multiagent: Mapping[str, Any] | Keep | None = KEEP  # None: removed
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ from control_plane.agents.configuration import (
     resolve_tools,
     stored_tool_params,
 )
+from control_plane.agents.multiagent import resolve_multiagent
 from control_plane.errors import Conflict, InvalidRequest, NotFound, VersionConflict
 from control_plane.metadata import apply_metadata_patch, check_metadata
 from control_plane.outbound import OutboundGuard
@@ -70,7 +71,10 @@ class AgentService:
         self._skills = skills or SkillCatalog(store)
 
     async def create(self, command: CreateAgent) -> Resource:
-        _refuse_multiagent(command.multiagent)
+        agent_id = new_agent_id()
+        multiagent = await resolve_multiagent(
+            command.multiagent, self._store, self_id=agent_id, self_version=1
+        )
         servers = resolve_mcp_servers(command.mcp_servers, self._outbound)
         body = {
             "name": command.name,
@@ -82,9 +86,9 @@ class AgentService:
             "skills": await self._checked_skills(resolve_skills(command.skills)),
             "metadata": check_metadata(dict(command.metadata)),
             "execution_identity": resolve_execution_identity(command.execution_identity),
-            "multiagent": None,
+            "multiagent": multiagent,
         }
-        return await self._store.create_resource("agent", new_agent_id(), body, self._clock())
+        return await self._store.create_resource("agent", agent_id, body, self._clock())
 
     async def get(self, agent_id: str, version: int | None = None) -> Resource:
         """The agent at ``version`` (``None``: the latest)."""
@@ -120,6 +124,10 @@ class AgentService:
             if command.version is not None and command.version != current.version:
                 raise VersionConflict("agent", agent_id, command.version, current.version)
             new = self._updated_body(current.body, command)
+            if not isinstance(command.multiagent, Keep):
+                new["multiagent"] = await resolve_multiagent(
+                    command.multiagent, self._store, self_id=agent_id, self_version=current.version + 1
+                )
             if not isinstance(command.skills, Keep):
                 await self._checked_skills(new["skills"])
             if new == current.body:
@@ -206,9 +214,6 @@ class AgentService:
             new["metadata"] = apply_metadata_patch(current.get("metadata", {}), patch)
         if not isinstance(command.execution_identity, Keep):
             new["execution_identity"] = resolve_execution_identity(command.execution_identity)
-        if not isinstance(command.multiagent, Keep):
-            _refuse_multiagent(command.multiagent)
-            new["multiagent"] = None
         return new
 
 
@@ -221,10 +226,3 @@ def _updated_model(current: dict[str, Any], model: Model | None) -> dict[str, An
     if resolved["effort"] is None and not effort_sent:
         resolved["effort"] = current.get("model", {}).get("effort")
     return resolved
-
-
-def _refuse_multiagent(value: object) -> None:
-    if value is not None:
-        raise InvalidRequest(
-            "multiagent: multiagent orchestration is not supported by Outpost yet", param="multiagent"
-        )

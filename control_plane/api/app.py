@@ -50,6 +50,7 @@ from control_plane.api.skill_routes import skills_router
 from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.tunnels import tunnels_router
+from control_plane.api.threads import threads_router
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.api.webhook_endpoints import webhook_endpoints_router
@@ -295,6 +296,9 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     ping_s = services.config.stream_ping_interval_s
     authed.include_router(
         events_router(sessions, store, services.bus, clock, ping_interval_s=ping_s, streams=streams)
+    )
+    authed.include_router(
+        threads_router(sessions, store, services.bus, clock, ping_interval_s=ping_s, streams=streams)
     )
     fleet = FleetView(services.registry, store, clock, services.control_plane_id)
     authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=clock))

@@ -1,7 +1,7 @@
 """Request bodies of the agents, environments and sessions endpoints (pydantic, ``extra="forbid"``).
 
 Every field the SDK can send is declared, so an unknown key is a clear 400. Fields that are part of
-the API but not served by Outpost yet (``multiagent``, session ``resources``, ``vault_ids`` on
+the API but not served by Outpost yet (session ``resources``, ``vault_ids`` on
 update) are accepted by the model and refused by the route with a message naming
 the field. Whether an optional field was sent at all (``null`` clears, omitted preserves) is read
 from ``model_fields_set``.

@@ -144,8 +144,10 @@ class EventStream:
         delta_types: Collection[str],
         ping_interval_s: float,
         clock: Callable[[], datetime],
+        keep: Callable[[Event], bool] | None = None,
     ) -> None:
         self._store = store
+        self._keep = keep  # a thread's stream: the events of that thread only
         self._session_id = session_id
         self._subscription = subscription
         self._sub = sub
@@ -170,6 +172,7 @@ class EventStream:
         delta_types: Collection[str],
         ping_interval_s: float,
         clock: Callable[[], datetime],
+        keep: Callable[[Event], bool] | None = None,
     ) -> EventStream:
         subscription = bus.subscribe(session_id, deltas=bool(delta_types))
         sub = subscription.__enter__()
@@ -188,6 +191,7 @@ class EventStream:
             delta_types=delta_types,
             ping_interval_s=ping_interval_s,
             clock=clock,
+            keep=keep,
         )
 
     def close(self) -> None:
@@ -267,8 +271,9 @@ class EventStream:
             if len(batch) < _READ_BATCH:
                 return
 
-    @staticmethod
-    def _event_frame(event: Event) -> bytes:
+    def _event_frame(self, event: Event) -> bytes:
+        if self._keep is not None and not self._keep(event):
+            return b""
         return sse_frame(event.type, event_json(event), str(event.seq))
 
     def _delta_frame(self, payload: dict[str, Any]) -> bytes | None:

@@ -208,6 +208,8 @@ class AgentSpec:
     #: The system prompt's memory section (the session's mounted memory stores), after ``system``.
     memory: str | None = None
     skills: tuple[SkillOffer, ...] = ()  # offered in the system prompt (skills_prompt)
+    #: A coordinator's ``call_agent_*`` tools (multiagent: control_plane/harness/thread_brains.py).
+    delegates: tuple[CustomTool, ...] = ()
 
     @classmethod
     def from_json(
@@ -261,16 +263,20 @@ class AgentSpec:
         for custom in self.custom:
             if custom.name == name:
                 return Permission("custom", "allow")
+        if any(d.name == name for d in self.delegates):
+            return Permission("delegate", "allow")  # run by the harness: a subagent thread
         return Permission("unknown", "deny")
 
     @property
     def reserved_tool_names(self) -> frozenset[str]:
         """The names of the toolset's and the custom tools (MCP tools must not take them)."""
-        return frozenset(t.name for t in self.toolset) | frozenset(c.name for c in self.custom)
+        names = [t.name for t in self.toolset] + [c.name for c in (*self.custom, *self.delegates)]
+        return frozenset(names)
 
     def tools_param(self, mcp_tools: Sequence[Mapping[str, Any]] = ()) -> list[dict[str, Any]]:
         """The Messages API ``tools``, in a stable order (the toolset's, then ``mcp_tools`` as
-        given, then the custom tools), ``cache_control`` on the last one."""
+        given, then the custom tools and a coordinator's ``call_agent_*`` tools), ``cache_control``
+        on the last one."""
         tools: list[dict[str, Any]] = []
         for tool in self.toolset:
             definition = _TOOLSET_DEFINITIONS[tool.name]
@@ -282,7 +288,7 @@ class AgentSpec:
                 }
             )
         tools.extend(copy.deepcopy(dict(t)) for t in mcp_tools)
-        for custom in self.custom:
+        for custom in (*self.custom, *self.delegates):
             tools.append(
                 {
                     "name": custom.name,

@@ -25,6 +25,9 @@ presence records count), the session gets one non-fatal ``session.error`` (``edg
 at once, while the call waits (``edge_wait_s``) for an edge; one per outage, not one per call: it
 is said again only after a call has reached an edge or an edge was seen connected.
 
+Multiagent: the driver performs the decisions of every thread of the session, focusing one at a
+time (:mod:`~control_plane.harness.thread_brains`); a subagent's drafts become its thread's events.
+
 Stopping: ``Fenced`` on an append or a lost lease stops the session's work quietly (another harness
 owns it now); ``user.interrupt`` cancels the model stream or tool call in flight, and the next step
 ends the turn. A model request cancelled this way leaves no assistant message: it is not billed
@@ -80,11 +83,11 @@ from control_plane.harness.step import (
     ToolAnswered,
     ToolCallFailed,
     ToolOutcome,
-    decide,
     model_failure_events,
     model_output_events,
     tool_outcome_events,
 )
+from control_plane.harness.thread_brains import SessionThreads, Thread, decide_threads
 from control_plane.harness.tool_gateway import RecentSessions, ToolGateway
 from control_plane.sessions.log import append_and_publish
 from control_plane.sessions.memory_resources import memory_prompt
@@ -153,6 +156,10 @@ class SessionDriver:
         self._lease = lease
         self._wake = wake
         self._state = SessionState()
+        #: Multiagent: the session's threads (thread_brains.py); ``_state`` / ``_agent`` are the
+        #: focused thread's (the one whose decision is being performed).
+        self._threads: SessionThreads | None = None
+        self._focus: Thread | None = None
         #: The folded state may lack events: read the log before the next decision.
         self._stale = True
         #: Usage not yet written to the session resource (written with the next status).
@@ -182,14 +189,18 @@ class SessionDriver:
                 memory=memory_prompt(self._memory),
                 skill_offers=body.get("skill_offers"),
             )
+            self._threads = threads = SessionThreads.for_session(
+                self._sid, self._agent, body.get("agent") or {}, memory=memory_prompt(self._memory)
+            )
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
             return
         env = body.get("environment_id")
         self.environment_id = env if isinstance(env, str) and env else None
         # The budget the session was created with; a later one comes from the log (session.updated).
+        self._focus, self._state = threads.primary, threads.primary.state
         if self._state.last_seq == 0:
-            self._state.budget = Budget.from_json(body.get("budget"))
+            threads.set_budget(Budget.from_json(body.get("budget")))
         # Another process may have moved the session's sandbox while it held the session.
         self._ctx.gateway.forget_session(self._sid)
         while True:
@@ -197,19 +208,19 @@ class SessionDriver:
                 raise _Stop("lease lost")
             if self._stale or self._wake.is_set():
                 await self._refresh()
-            decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock())
+            decision = self._decide()
             if isinstance(decision.effect, CallModel) and self._agent.mcp_servers:
                 try:
                     offer = await self._interruptible(self._mcp_offer(self._agent))
                 except _Interrupted:
                     continue  # the next decision ends the turn
-                decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock(), offer)
+                decision = self._decide(offer, only=True)
             # Context window (compaction.py): near the budget, count the request exactly.
             call = decision.effect
             if isinstance(call, CallModel) and await counted_over_budget(
                 self._ctx.model, self._ctx.config, self._agent.model, self._state, call.request
             ):
-                decision = decide(self._agent, self._state, self._ctx.config, self._ctx.clock(), call.mcp)
+                decision = self._decide(call.mcp, only=True)
             if decision.idle:
                 log.debug("session %s: %s", self._sid, decision.reason)
                 break
@@ -219,10 +230,22 @@ class SessionDriver:
             except SequenceConflict:
                 log.debug("session %s: new events arrived; deciding again", self._sid)
                 self._stale = True
+        self._focus, self._state = threads.primary, threads.primary.state  # the session's status
         known = self._resource
         if self._usage_due is not None or known is None or known.body.get("status") != self._state.status:
             await self._update_resource(status=self._state.status)
         self.ended = self._state.status == "terminated"
+
+    def _decide(self, offer: McpOffer | None = None, *, only: bool = False) -> Decision:
+        """The next decision of the session's threads (``only``: of the focused one), focusing
+        the thread it is for."""
+        assert self._threads is not None and self._focus is not None
+        now = self._ctx.clock()
+        thread, decision = decide_threads(
+            self._threads, self._ctx.config, now, offer, only=self._focus if only else None
+        )
+        self._focus, self._state, self._agent = thread, thread.state, thread.agent
+        return decision
 
     async def _load_session(self) -> dict[str, Any] | None:
         resource, self._prefetched = self._prefetched, None
@@ -242,8 +265,9 @@ class SessionDriver:
     async def _refresh(self) -> None:
         self._stale = False
         events = await self._ctx.store.get_events(self._sid, after_seq=self._state.last_seq)
+        assert self._threads is not None
         for event in events:
-            self._state.apply(event)
+            self._threads.apply(event)
 
     def _fold_own(self, stored: Sequence[Event]) -> None:
         """Fold in events this driver just appended if they follow the last event it knows;
@@ -256,8 +280,9 @@ class SessionDriver:
                 self._stale = True
                 return
             expected += 1
+        assert self._threads is not None
         for event in stored:
-            self._state.apply(event)
+            self._threads.apply(event)
 
     # -- performing a decision --------------------------------------------------------------------
     async def _perform(self, decision: Decision) -> None:
@@ -326,6 +351,8 @@ class SessionDriver:
         self._usage_due = drafts[-1].payload["usage"]
 
     async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
+        assert self._threads is not None and self._focus is not None
+        drafts = self._threads.outgoing(self._focus, drafts)  # a subagent's: its thread's events
         events = [NewEvent(d.id or self._ctx.new_id(), d.type, d.payload) for d in drafts]
         try:
             stored = await append_and_publish(
@@ -353,7 +380,7 @@ class SessionDriver:
         ``terminated`` after it: a crash in between leaves the resource saying "running", so a
         restarted harness's scan wakes the session and the log settles the truth. The leading
         update runs in the background, ordered before any later update of the resource."""
-        status = _last_status(drafts)
+        status = _last_status(drafts) if self._focus is None or self._focus.primary else None
         if status in _LEADING_STATUSES:
             # Not awaited: the model request need not wait for it. A restarted harness's scan also
             # wakes sessions whose log is not at rest, whatever the resource says.
@@ -547,6 +574,8 @@ class SessionDriver:
         """Run the call; what became of it is data for the step (:func:`tool_outcome_events`)."""
         outcome: ToolOutcome
         move: SandboxMove | None = None
+        assert self._threads is not None and self._focus is not None
+        key = self._threads.sandbox_key(self._focus)  # the session's sandbox, or the thread's own
         if self.environment_id is None:
             outcome = NoEnvironment()
         else:
@@ -556,7 +585,7 @@ class SessionDriver:
             try:
                 result = await self._interruptible(
                     self._ctx.gateway.execute(
-                        self._sid,
+                        key,
                         self.environment_id,
                         call.name,
                         call.input,
@@ -575,10 +604,10 @@ class SessionDriver:
             except OutpostError as exc:
                 outcome = ToolCallFailed.of(exc)
             else:
-                self._ctx.provisioned.add(self._sid)
+                self._ctx.provisioned.add(key)
                 self._ctx.edge_outages.discard(self._sid)  # an edge answered: the outage is over
                 outcome = ToolAnswered(await self._write_back(result))
-            move = self._ctx.gateway.take_move(self._sid)  # the sandbox made anew on another edge
+            move = self._ctx.gateway.take_move(key)  # the sandbox made anew on another edge
         await self._append(list(tool_outcome_events(call, outcome, move)))
 
     async def _write_back(self, result: ToolResult) -> ToolResult:
@@ -645,8 +674,10 @@ class SessionDriver:
                 self._stale = True  # the wake's events are read before the next decision
                 try:
                     found = await self._ctx.store.get_events(
-                        self._sid, after_seq=after_seq, types=[ev.USER_INTERRUPT], limit=1
+                        self._sid, after_seq=after_seq, types=[ev.USER_INTERRUPT]
                     )
+                    if self._threads is not None and self._focus is not None:  # another thread's?
+                        found = [e for e in found if self._threads.interrupts(e, self._focus)]
                 except Exception:
                     log.warning("session %s: could not check for interrupts", self._sid, exc_info=True)
                     found = []

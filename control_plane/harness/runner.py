@@ -49,6 +49,7 @@ from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend
 from control_plane.harness.memory_writeback import MemoryWriteBack
 from control_plane.harness.model import ModelClient
+from control_plane.sessions.thread_views import thread_sandbox_key
 from control_plane.store.base import Order, Resource, Store
 
 __all__ = ["Harness"]
@@ -145,10 +146,16 @@ class Harness:
         await self._forget(session_id)
         if environment_id is None:
             return
-        try:
-            await self._ctx.gateway.destroy(session_id, environment_id)
-        except Exception as exc:
-            log.warning("session %s: could not destroy its sandbox: %s", session_id, exc)
+        created = await self._ctx.store.get_events(session_id, types=["session.thread_created"])
+        keys = [
+            session_id,
+            *(thread_sandbox_key(session_id, str(e.payload.get("session_thread_id"))) for e in created),
+        ]
+        for key in keys:  # the session's sandbox, and any of its threads' own (multiagent)
+            try:
+                await self._ctx.gateway.destroy(key, environment_id)
+            except Exception as exc:
+                log.warning("session %s: could not destroy sandbox %s: %s", session_id, key, exc)
 
     # -- lifecycle ------------------------------------------------------------------------------
     async def start(self) -> None:

@@ -118,6 +118,7 @@ class UserInterrupt(_Strict):
 
 class UserToolConfirmation(_Strict):
     type: Literal["user.tool_confirmation"]
+    session_thread_id: str | None = None  # multiagent: the thread whose call it answers
     tool_use_id: _NonEmpty
     result: Literal["allow", "deny"]
     deny_message: str | None = None
@@ -131,6 +132,7 @@ class UserToolConfirmation(_Strict):
 
 class UserCustomToolResult(_Strict):
     type: Literal["user.custom_tool_result"]
+    session_thread_id: str | None = None  # multiagent: the thread whose call it answers
     custom_tool_use_id: _NonEmpty
     content: list[ResultContent] | None = None
     is_error: bool | None = None
@@ -138,6 +140,7 @@ class UserCustomToolResult(_Strict):
 
 class UserToolResult(_Strict):
     type: Literal["user.tool_result"]
+    session_thread_id: str | None = None  # multiagent: the thread whose call it answers
     tool_use_id: _NonEmpty
     content: list[ResultContent] | None = None
     is_error: bool | None = None

@@ -102,6 +102,7 @@ from control_plane.sessions.repository_tokens import (
     list_repositories,
     list_session_resources,
 )
+from control_plane.sessions.roster import session_multiagent
 from control_plane.sessions.usage import (
     Budget,
     ModelPrice,
@@ -492,7 +493,9 @@ class SessionService:
     async def _agent_snapshot(self, choice: AgentChoice) -> dict[str, Any]:
         """The referenced version (latest when omitted) with any overrides."""
         agent = await self._agents.for_new_session(choice.id, choice.version)
-        return overridden_snapshot(agent, choice.overrides, self._outbound)
+        snapshot = overridden_snapshot(agent, choice.overrides, self._outbound)
+        snapshot["multiagent"] = await session_multiagent(snapshot.get("multiagent"), self._store)  # roster
+        return snapshot
 
     async def _changes(
         self, current: Resource, command: UpdateSession

@@ -192,10 +192,8 @@ async def test_invalid_agents_are_refused(api: Api) -> None:
         )
     with pytest.raises(anthropic.BadRequestError, match="tools"):
         await beta.create(name="x", model="m", tools=[{"type": "computer_20990101"}])
-    with pytest.raises(anthropic.BadRequestError, match="multiagent"):
-        await beta.create(
-            name="x", model="m", multiagent={"type": "coordinator", "agents": [{"type": "self"}]}
-        )
+    with pytest.raises(anthropic.BadRequestError, match="agent_nope"):
+        await beta.create(name="x", model="m", multiagent={"type": "coordinator", "agents": ["agent_nope"]})
     with pytest.raises(anthropic.BadRequestError, match="metadata"):
         await beta.create(name="x", model="m", metadata={f"k{i}": "v" for i in range(17)})
     with pytest.raises(anthropic.BadRequestError, match="surprise"):

@@ -15,7 +15,6 @@ from tests.support.api_app import Api
 async def test_an_unserved_sdk_method_is_a_404_naming_the_feature(api: Api) -> None:
     beta = api.client.beta
     calls: list[tuple[Callable[[], Awaitable[object]], str]] = [
-        (lambda: beta.sessions.threads.list("sesn_x"), "(session threads)"),
         (lambda: beta.environments.work.stats("env_x"), "(environment work queues)"),
     ]
     for call, expected in calls:
