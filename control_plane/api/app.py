@@ -49,6 +49,8 @@ from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
+from control_plane.api.work_queue import work_queue_router
+from control_plane.api.worker_credentials import WorkerCredentials
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
 from control_plane.enroll import EnrollmentService
@@ -67,6 +69,8 @@ from control_plane.skills import SkillLimits, SkillService
 from control_plane.store.base import Store
 from control_plane.tunnel import WS_TUNNEL_PATH, EdgeRegistry, WsTunnelEndpoint
 from control_plane.vault.components import Vault
+from control_plane.work import EnvironmentKeys, WorkQueue, WorkQueueConfig
+from control_plane.work.service import DEFAULT_LEASE_TTL_S
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -89,6 +93,7 @@ class ApiConfig:
     stream_max_total: int = 2000  # open event streams in all (503 past it)
     metrics_public: bool = False  # serve /metrics without an API key
     key_cache_ttl_s: float = KEY_CACHE_TTL_S  # how long a key record read from the store is trusted
+    work_lease_ttl_s: int = DEFAULT_LEASE_TTL_S  # a work item's lease (worker-run environments)
 
 
 class NullRunner:
@@ -151,7 +156,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
-def _session_service(services: ApiServices, agents: AgentService) -> SessionService:
+def _session_service(services: ApiServices, agents: AgentService, work: WorkQueue) -> SessionService:
     tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
     return SessionService(
         services.store,
@@ -163,6 +168,7 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         agents=agents,
         prices=services.model_prices,
         files=_file_service(services),  # outcomes: file rubrics
+        work=work,  # worker-run environments: a session's input queues a work item
     )
 
 
@@ -211,7 +217,10 @@ def create_app(services: ApiServices) -> FastAPI:
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
     # outside the body limit
     keys = ApiKeyCache(services.store, services.config.key_cache_ttl_s)  # shared with the key routes
-    app.add_middleware(ApiKeyGate, store=services.store, public=public, clock=services.clock, cache=keys)
+    workers = WorkerCredentials(services.store, services.clock)  # environment keys, sessions tokens
+    app.add_middleware(
+        ApiKeyGate, store=services.store, public=public, clock=services.clock, cache=keys, workers=workers
+    )
 
     app.add_middleware(RequestIdMiddleware)  # outermost
 
@@ -233,7 +242,8 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
     store, clock = services.store, services.clock
     agents = AgentService(store, clock, outbound=services.outbound)
-    sessions = _session_service(services, agents)
+    work = WorkQueue(store, clock, WorkQueueConfig(lease_ttl_s=services.config.work_lease_ttl_s))
+    sessions = _session_service(services, agents, work)
     # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
     streams = StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total)
     ping_s = services.config.stream_ping_interval_s
@@ -242,6 +252,7 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     )
     fleet = FleetView(services.registry, store, clock, services.control_plane_id)
     authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=clock))
+    authed.include_router(work_queue_router(work, EnvironmentKeys(store, clock), store))
     authed.include_router(environments_router(_environment_service(services)))
     authed.include_router(agents_router(agents), dependencies=[Depends(unscoped_writes("changing agents"))])
     authed.include_router(sessions_router(sessions))

@@ -32,7 +32,6 @@ FEATURES: tuple[tuple[str, str], ...] = (
     ("/v1/deployment_runs", "deployment runs"),
     ("/v1/tunnels/{}/certificates", "tunnel certificates"),
     ("/v1/tunnels", "tunnels"),
-    ("/v1/environments/{}/work", "environment work queues"),
     ("/v1/sessions/{}/threads", "session threads"),
     ("/v1/messages", "the Messages API (send model calls to the model endpoint)"),
     ("/v1/models", "the models listing"),

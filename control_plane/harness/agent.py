@@ -208,6 +208,9 @@ class AgentSpec:
     #: The system prompt's memory section (the session's mounted memory stores), after ``system``.
     memory: str | None = None
     skills: tuple[SkillOffer, ...] = ()  # offered in the system prompt (skills_prompt)
+    #: The toolset's calls are run by an outside worker (a worker-run environment): they wait for
+    #: the client's ``user.tool_result`` like custom tools; no sandbox is provisioned.
+    worker_tools: bool = False
 
     @classmethod
     def from_json(
@@ -251,7 +254,7 @@ class AgentSpec:
     @property
     def uses_sandbox(self) -> bool:
         """Whether any tool runs in the sandbox (so provisioning one is worth it)."""
-        return bool(self.toolset)
+        return bool(self.toolset) and not self.worker_tools
 
     def permission(self, name: str) -> Permission:
         """How a call of tool ``name`` is handled."""

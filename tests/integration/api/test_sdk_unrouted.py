@@ -17,7 +17,6 @@ async def test_an_unserved_sdk_method_is_a_404_naming_the_feature(api: Api) -> N
     calls: list[tuple[Callable[[], Awaitable[object]], str]] = [
         (beta.dreams.list, "/v1/dreams is not supported by Outpost yet (dreams)"),
         (lambda: beta.sessions.threads.list("sesn_x"), "(session threads)"),
-        (lambda: beta.environments.work.stats("env_x"), "(environment work queues)"),
         (lambda: beta.tunnels.certificates.list("tunnel_x"), "(tunnel certificates)"),
     ]
     for call, expected in calls:
