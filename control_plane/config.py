@@ -161,6 +161,14 @@ class ControlPlaneConfig(BaseModel):
         "through this process's API is refused at once, one revoked elsewhere (another process on the "
         "store, `api-keys rotate-admin`) within this time. 0: read the store on every request.",
     )
+    work_lease_ttl_s: int = Field(
+        300,
+        ge=1,
+        le=3600,
+        description="A work item's lease in a worker-run environment (docs/work-queue.md): a worker that "
+        "sends no heartbeat for this long loses the item, which is queued again. 300 is what the SDK's "
+        "worker assumes (it heartbeats every 30 s at most).",
+    )
     gc_thresholds: tuple[int, int, int] | None = Field(
         (50_000, 20, 100),
         description="The Python garbage collector's generation thresholds for `serve` (`gc.set_threshold`); "

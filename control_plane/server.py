@@ -283,6 +283,7 @@ class ControlPlane:
                     body_timeout_s=cfg.http_body_timeout_s,
                     metrics_public=cfg.metrics_public,
                     key_cache_ttl_s=cfg.api_key_cache_ttl_s,
+                    work_lease_ttl_s=cfg.work_lease_ttl_s,
                     stream_ping_interval_s=cfg.stream_ping_interval_s,
                     stream_max_per_key=cfg.stream_max_per_key,
                     stream_max_total=cfg.stream_max_total,

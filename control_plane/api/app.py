@@ -49,11 +49,13 @@ from control_plane.api.sessions import sessions_router
 from control_plane.api.skill_routes import skills_router
 from control_plane.api.skill_upload import SKILL_PART_OVERHEAD_BYTES
 from control_plane.api.streaming import StreamSlots
-from control_plane.api.tunnels import tunnels_router
 from control_plane.api.threads import threads_router
+from control_plane.api.tunnels import tunnels_router
 from control_plane.api.unrouted import UnroutedPaths
 from control_plane.api.vaults import vaults_router
 from control_plane.api.webhook_endpoints import webhook_endpoints_router
+from control_plane.api.work_queue import work_queue_router
+from control_plane.api.worker_credentials import WorkerCredentials
 from control_plane.blobs import BlobStore
 from control_plane.bus import EventBus
 from control_plane.deployments import DeploymentService, no_listener
@@ -83,6 +85,8 @@ from control_plane.webhooks import (
     WebhookConfig,
     WebhookOutbox,
 )
+from control_plane.work import EnvironmentKeys, WorkQueue, WorkQueueConfig
+from control_plane.work.service import DEFAULT_LEASE_TTL_S
 from outpost_wire.logfmt import log_context
 from outpost_wire.version import SOFTWARE_VERSION
 
@@ -112,6 +116,7 @@ class ApiConfig:
     stream_max_total: int = 2000  # open event streams in all (503 past it)
     metrics_public: bool = False  # serve /metrics without an API key
     key_cache_ttl_s: float = KEY_CACHE_TTL_S  # how long a key record read from the store is trusted
+    work_lease_ttl_s: int = DEFAULT_LEASE_TTL_S  # a work item's lease (worker-run environments)
 
 
 class NullRunner:
@@ -178,7 +183,7 @@ class RequestIdMiddleware:
             await self.app(scope, receive, send_with_id)
 
 
-def _session_service(services: ApiServices, agents: AgentService) -> SessionService:
+def _session_service(services: ApiServices, agents: AgentService, work: WorkQueue) -> SessionService:
     tokens = RepositoryTokens(services.vault.service.keyring) if services.vault is not None else None
     return SessionService(
         services.store,
@@ -191,13 +196,19 @@ def _session_service(services: ApiServices, agents: AgentService) -> SessionServ
         prices=services.model_prices,
         files=_file_service(services),  # outcomes: file rubrics
         hooks=SessionLifecycleWebhooks(services.store, services.webhooks) if services.webhooks else None,
+        work=work,  # worker-run environments: a session's input queues a work item
     )
+
+
+def _work_queue(services: ApiServices) -> WorkQueue:
+    config = WorkQueueConfig(lease_ttl_s=services.config.work_lease_ttl_s)
+    return WorkQueue(services.store, services.clock, config)
 
 
 def deployment_service(services: ApiServices, sessions: SessionService | None = None) -> DeploymentService:
     """The deployments' service on the API's parts (the API's routes and the scheduler use one each)."""
     agents = AgentService(services.store, services.clock, outbound=services.outbound)
-    sessions = sessions or _session_service(services, agents)
+    sessions = sessions or _session_service(services, agents, _work_queue(services))
     on_run = DeploymentRunWebhooks(services.store, services.webhooks) if services.webhooks else no_listener
     return DeploymentService(
         services.store, sessions, agents, services.clock, prices=services.model_prices, on_run=on_run
@@ -268,7 +279,10 @@ def create_app(services: ApiServices) -> FastAPI:
     public = PUBLIC_PATHS | ({"/metrics"} if services.config.metrics_public else set())
     # outside the body limit
     keys = ApiKeyCache(services.store, services.config.key_cache_ttl_s)  # shared with the key routes
-    app.add_middleware(ApiKeyGate, store=services.store, public=public, clock=services.clock, cache=keys)
+    workers = WorkerCredentials(services.store, services.clock)  # environment keys, sessions tokens
+    app.add_middleware(
+        ApiKeyGate, store=services.store, public=public, clock=services.clock, cache=keys, workers=workers
+    )
 
     app.add_middleware(RequestIdMiddleware)  # outermost
 
@@ -290,7 +304,8 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     authed = APIRouter(dependencies=[Depends(ApiKeyAuth(services.store, services.clock, keys))])
     store, clock = services.store, services.clock
     agents = AgentService(store, clock, outbound=services.outbound)
-    sessions = _session_service(services, agents)
+    work = _work_queue(services)
+    sessions = _session_service(services, agents, work)
     # Routes are matched in order, one by one: the ones every turn uses (send events, stream) first.
     streams = StreamSlots(services.config.stream_max_per_key, services.config.stream_max_total)
     ping_s = services.config.stream_ping_interval_s
@@ -302,6 +317,7 @@ def _authed_routes(services: ApiServices, keys: ApiKeyCache) -> APIRouter:
     )
     fleet = FleetView(services.registry, store, clock, services.control_plane_id)
     authed.include_router(operator_router(services.enrollment, fleet=fleet, clock=clock))
+    authed.include_router(work_queue_router(work, EnvironmentKeys(store, clock), store))
     authed.include_router(environments_router(_environment_service(services)))
     authed.include_router(agents_router(agents), dependencies=[Depends(unscoped_writes("changing agents"))])
     authed.include_router(sessions_router(sessions))

@@ -34,6 +34,14 @@ from control_plane.access_keys import KeyScope, create_api_key, hash_key, new_ap
 from control_plane.api.body_limit import drain_some
 from control_plane.api.caller import READ_METHODS, STATE_KEY
 from control_plane.api.errors import ApiError, error_body
+from control_plane.api.worker_credentials import (
+    WORKER_STATE,
+    Refusal,
+    WorkerCredentials,
+    is_worker_credential,
+    is_worker_credential_id,
+    worker_credential_live,
+)
 from control_plane.errors import ControlPlaneError, NotFound
 from control_plane.store.base import ApiKeyRecord, Store
 from outpost_wire.logfmt import log_context
@@ -160,6 +168,10 @@ class KeyRecheck:
         if seen is not None and now - seen[0] < self._interval_s:
             return seen[1]
         try:
+            if is_worker_credential_id(key_id):  # a worker's stream: its credential still live
+                usable = await worker_credential_live(self._store, key_id)
+                self._seen[key_id] = (now, usable)
+                return usable
             record = await self._store.get_api_key(key_id)
         except NotFound:
             usable = False
@@ -209,12 +221,14 @@ class ApiKeyGate:
         public: Collection[str] = PUBLIC_PATHS,
         clock: Callable[[], datetime] = _utcnow,
         cache: ApiKeyCache | None = None,
+        workers: WorkerCredentials | None = None,
     ) -> None:
         self.app = app
         self._store = store
         self._public = frozenset(public)
         self._clock = clock
         self._cache = cache
+        self._workers = workers  # environment keys and sessions tokens (None: refused as API keys)
         self._refusals = LogThrottle(log)  # a read_only key's refused writes, a few a minute per key
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -228,6 +242,9 @@ class ApiKeyGate:
         )
         if not key:
             await _refuse(send, 401, "authentication_error", _MISSING)
+            return
+        if self._workers is not None and is_worker_credential(key):
+            await self._worker(scope, receive, send, key)
             return
         record = await check_key(self._store, key, self._clock(), self._cache)
         if isinstance(record, str):
@@ -246,6 +263,21 @@ class ApiKeyGate:
                 await _refuse(send, 403, "permission_error", _READ_ONLY)
                 return
             scope.setdefault("state", {})[STATE_KEY] = record
+            await self.app(scope, receive, send)
+
+    async def _worker(self, scope: Scope, receive: Receive, send: Send, key: str) -> None:
+        """A worker's credential (:mod:`control_plane.api.worker_credentials`): admitted only
+        where the SDK's worker sends it."""
+        assert self._workers is not None
+        admitted = await self._workers.admit(key, scope.get("method", "GET"), scope["path"])
+        if isinstance(admitted, Refusal):
+            await drain_some(receive)
+            await _refuse(send, admitted.status, admitted.error_type, admitted.message)
+            return
+        caller, record = admitted
+        state = scope.setdefault("state", {})
+        state[STATE_KEY], state[WORKER_STATE] = record, caller
+        with log_context(api_key_id=caller.id):
             await self.app(scope, receive, send)
 
 

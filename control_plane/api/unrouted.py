@@ -27,7 +27,6 @@ UNSUPPORTED_PATH = "unsupported_path"  # details.error_code of the 404 for a pat
 #: The SDK's resource prefixes Outpost does not serve (yet), each with the feature's name.
 #: ``{}`` stands for one path segment (an id); a path matches the entry whose segments start it.
 FEATURES: tuple[tuple[str, str], ...] = (
-    ("/v1/environments/{}/work", "environment work queues"),
     ("/v1/messages", "the Messages API (send model calls to the model endpoint)"),
     ("/v1/models", "the models listing"),
     ("/v1/webhooks", "webhooks; Outpost manages endpoints at /v1/outpost/webhook_endpoints"),

@@ -36,6 +36,7 @@ from control_plane.environments.commands import (
     Viewer,
 )
 from control_plane.environments.networking import validate_networking
+from control_plane.environments.tool_runner import WORKER, validate_tool_runner
 from control_plane.errors import (
     EnvironmentArchived,
     EnvironmentNotFound,
@@ -199,7 +200,8 @@ def _updated_body(current: dict[str, Any], command: UpdateEnvironment) -> dict[s
 
 def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
     """Only ``self_hosted`` is served (omitted or null means that), with optional sandbox
-    ``networking`` (see :mod:`control_plane.environments.networking`)."""
+    ``networking`` (see :mod:`control_plane.environments.networking`) and ``tool_runner`` (who runs
+    the toolset's calls: ``edge``, the default, or ``worker``, see :mod:`control_plane.work`)."""
     if config is None:
         return {**SELF_HOSTED, "networking": {"type": "none"}}
     kind = config.get("type")
@@ -211,9 +213,13 @@ def _config(config: Mapping[str, Any] | None) -> dict[str, Any]:
         )
     if kind != "self_hosted":
         raise InvalidRequest(f"config.type must be 'self_hosted', not {kind!r}", param="config.type")
-    extra = sorted(set(config) - {"type", "networking"})
+    extra = sorted(set(config) - {"type", "networking", "tool_runner"})
     if extra:
         raise InvalidRequest(
             f"config: {', '.join(extra)} not allowed for a self_hosted environment", param="config"
         )
-    return {**SELF_HOSTED, "networking": validate_networking(config.get("networking"))}
+    networking = validate_networking(config.get("networking"))
+    checked: dict[str, Any] = {**SELF_HOSTED, "networking": networking}
+    if validate_tool_runner(config.get("tool_runner")) == WORKER:  # stored only when not the default
+        checked["tool_runner"] = WORKER
+    return checked

@@ -210,6 +210,9 @@ class AgentSpec:
     skills: tuple[SkillOffer, ...] = ()  # offered in the system prompt (skills_prompt)
     #: A coordinator's ``call_agent_*`` tools (multiagent: control_plane/harness/thread_brains.py).
     delegates: tuple[CustomTool, ...] = ()
+    #: The toolset's calls are run by an outside worker (a worker-run environment): they wait for
+    #: the client's ``user.tool_result`` like custom tools; no sandbox is provisioned.
+    worker_tools: bool = False
 
     @classmethod
     def from_json(
@@ -253,7 +256,7 @@ class AgentSpec:
     @property
     def uses_sandbox(self) -> bool:
         """Whether any tool runs in the sandbox (so provisioning one is worth it)."""
-        return bool(self.toolset)
+        return bool(self.toolset) and not self.worker_tools
 
     def permission(self, name: str) -> Permission:
         """How a call of tool ``name`` is handled."""

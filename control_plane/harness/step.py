@@ -39,9 +39,9 @@ Priorities, in order (see the module docstring of ``fold`` for how the log is re
    runnable ones (toolset and MCP) are dispatched one at a time in block order (an
    ``agent.mcp_tool_use`` left without a result by a crash is dispatched again with the same
    idempotency key), calls waiting for the client
-   (custom tools, ``ask`` without confirmation) put the session in ``requires_action`` once the
-   runnable ones are done; a partial resolution re-emits ``requires_action`` with the remainder;
-   when all are answered the model is called again;
+   (custom tools, a worker-run environment's toolset calls, ``ask`` without confirmation) put the
+   session in ``requires_action`` once the runnable ones are done; a partial resolution re-emits
+   ``requires_action`` with the remainder; when all are answered the model is called again;
 7. otherwise the turn ends (``end_turn``; ``refusal`` passes through; ``pause_turn`` continues)
    — unless an outcome is open: then the grader judges the work first (:class:`GradeOutcome`,
    :mod:`~control_plane.harness.outcomes`).
@@ -234,7 +234,13 @@ def _decide_tools(agent: AgentSpec, s: SessionState, config: HarnessConfig, mcp:
     refused = [_refusal(t) for t in unanswered if _is_refused(t)]
     if refused:
         return Decision(tuple(refused), reason="refuse tool calls")
-    waiting = [t for t in unanswered if t.custom or (t.permission == "ask" and t.confirmation is None)]
+    waiting = [
+        t
+        for t in unanswered
+        if t.custom
+        or (t.permission == "ask" and t.confirmation is None)
+        or (agent.worker_tools and t.mcp_server is None)  # a worker-run environment's toolset call
+    ]
     runnable = [t for t in unanswered if t not in waiting]
     waiting_ids = tuple(t.event_id for t in waiting)
     if s.status == "idle":  # paused on requires_action

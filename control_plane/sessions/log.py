@@ -31,6 +31,7 @@ __all__ = [
     "StatusView",
     "append_and_publish",
     "check_answers",
+    "open_tool_uses",
     "pending_answers",
     "read_active_ms",
     "read_status",
@@ -123,22 +124,37 @@ async def pending_answers(store: EventLog, session_id: str) -> frozenset[str]:
     return frozenset(waiting)
 
 
-async def check_answers(store: EventLog, session_id: str, events: Sequence[NewEvent], param: str) -> None:
+async def open_tool_uses(store: EventLog, session_id: str) -> frozenset[str]:
+    """The ``agent.tool_use`` event ids no result answers yet (a worker-run session's toolset
+    calls: its worker may answer one before the session says ``requires_action``)."""
+    found = await store.get_events(
+        session_id, types=("agent.tool_use", "agent.tool_result", "user.tool_result")
+    )
+    uses = {e.id for e in found if e.type == "agent.tool_use"}
+    return frozenset(uses - {str(e.payload.get("tool_use_id")) for e in found if e.type != "agent.tool_use"})
+
+
+async def check_answers(
+    store: EventLog, session_id: str, events: Sequence[NewEvent], param: str, *, worker_tools: bool = False
+) -> None:
     """``InvalidRequest`` (nothing is written) if any event of the batch answers a tool use the
     session does not wait on, or answers one twice: an outside runner cannot make a tool run twice
-    or put words in the mouth of a call that never happened."""
+    or put words in the mouth of a call that never happened. With ``worker_tools`` (a worker-run
+    session), a ``user.tool_result`` may answer any toolset call still open."""
     answering = [(i, e) for i, e in enumerate(events) if e.type in ANSWER_ID_FIELDS]
     if not answering:
         return
     waiting = set(await pending_answers(store, session_id))
+    results = set(await open_tool_uses(store, session_id)) if worker_tools else set()
     for index, event in answering:
         field = ANSWER_ID_FIELDS[event.type]
         target = str(event.payload.get(field))
         where = f"{param}[{index}].{field}"
-        if target not in waiting:
+        if target not in waiting and not (event.type == "user.tool_result" and target in results):
             raise InvalidRequest(
                 f"{where}: session {session_id} is not waiting for an answer to {target!r} "
                 "(unknown, not awaiting confirmation or a result, or already answered)",
                 param=where,
             )
         waiting.discard(target)  # a second answer in the same batch is refused too
+        results.discard(target)

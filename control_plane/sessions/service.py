@@ -45,6 +45,7 @@ from typing import Any, Protocol
 from control_plane.agents.service import AgentService
 from control_plane.bus import EventBus
 from control_plane.environments.service import get_environment
+from control_plane.environments.tool_runner import WORKER, tool_runner_of
 from control_plane.errors import (
     BudgetRefused,
     Conflict,
@@ -144,6 +145,14 @@ class SessionHooks(Protocol):
     async def session_changed(self, change: str, session_id: str, environment_id: str | None) -> None: ...
 
 
+class WorkQueueing(Protocol):
+    """The work queue of worker-run environments (:class:`control_plane.work.WorkQueue`)."""
+
+    async def session_input(self, session_id: str) -> Any: ...
+
+    async def session_ended(self, session_id: str) -> None: ...
+
+
 class RunnerCalls:
     """Calls into the runner that never fail a request whose effect is already durable: the log
     is the source of truth and the harness recovers from it, so a failed call is logged."""
@@ -184,9 +193,11 @@ class SessionService:
         prices: Mapping[str, ModelPrice] | None = None,
         files: RubricFiles | None = None,
         hooks: SessionHooks | None = None,
+        work: WorkQueueing | None = None,
     ) -> None:
         self._hooks = hooks  # session.created / archived / deleted webhooks (None: none)
         self._store = store
+        self._work = work  # worker-run environments: input queues a work item (None: not served)
         self._files = files  # outcomes: where file rubrics are read (None: file rubrics refused)
         self._prices = dict(prices) if prices is not None else default_model_prices()
         self._bus = bus
@@ -229,7 +240,7 @@ class SessionService:
         for i, item in enumerate(command.resources):
             if isinstance(item, Mapping) and item.get("type") == FILE_TYPE:
                 files.append(await resolve_file_resource(self._store, item, f"resources[{i}]", files))
-        await get_environment(self._store, command.environment_id, viewer, usable=True)
+        environment = await get_environment(self._store, command.environment_id, viewer, usable=True)
         snapshot = await self._agent_snapshot(command.agent)
         # skills: each version pinned now ("latest" as it is at the start); the model's offer kept
         snapshot["skills"], skill_offers = await self._agents.pin_skills(snapshot["skills"])
@@ -250,6 +261,7 @@ class SessionService:
         now = self._clock()
         body = {**_new_session_body(command, snapshot, vault_ids, budget), "memory_stores": memory}
         body["skill_offers"] = skill_offers  # for the harness's system prompt (not in the API's view)
+        body["tool_runner"] = tool_runner_of(environment.body.get("config"))  # edge or worker
         res = await self._store.create_resource("session", command.session_id or new_session_id(), body, now)
         created = await self._create_repositories(res.id, repositories, now)
         for index, resolved in enumerate([*memory, *files], start=len(created)):
@@ -261,6 +273,7 @@ class SessionService:
             await append_and_publish(self._store, self._bus, res.id, initial, now)
             await self._runner.wake(res.id)
         await self._tell("created", res)
+        await self._queue_work(res)
         return await self._view(res)
 
     async def list_sessions(self, query: SessionQuery, viewer: Viewer) -> SessionPage:
@@ -330,6 +343,7 @@ class SessionService:
         await RepositoryTokens.purge(self._store, await list_repositories(self._store, session_id))
         res = await self._set_body_status(session_id, SessionStatus.TERMINATED, now)
         await self._runner.session_ended(session_id)
+        await self._work_ended(res)
         if (await read_status(self._store, session_id)).status is not SessionStatus.TERMINATED:
             terminated = NewEvent(new_event_id(), "session.status_terminated", {})
             await append_and_publish(self._store, self._bus, session_id, [terminated], now)
@@ -339,6 +353,7 @@ class SessionService:
     async def delete(self, session_id: str, viewer: Viewer) -> None:
         session = await self.session(session_id, viewer)
         await self._runner.session_ended(session_id)  # first, so the harness stops before the log goes
+        await self._work_ended(await self._store.get_resource("session", session_id))
         for resource in await list_session_resources(self._store, session_id):
             await self._store.delete_resource(RESOURCE_KIND, resource.id)
         await self._store.delete_resource("session", session_id)
@@ -364,9 +379,11 @@ class SessionService:
             )
         events = parse_input_events(raw_events)
         events = await prepare_outcomes(events, self._store, session_id, self._files, "events")
-        await check_answers(self._store, session_id, events, "events")
+        worker_tools = session.body.get("tool_runner") == WORKER
+        await check_answers(self._store, session_id, events, "events", worker_tools=worker_tools)
         stored = await append_and_publish(self._store, self._bus, session_id, events, self._clock())
         await self._runner.wake(session_id)
+        await self._queue_work(session)
         return stored
 
     async def events(self, session_id: str, query: EventQuery, viewer: Viewer) -> EventPage:
@@ -461,6 +478,24 @@ class SessionService:
             await self._hooks.session_changed(
                 change, res.id, environment_id if isinstance(environment_id, str) else None
             )
+
+    async def _queue_work(self, session: Resource) -> None:
+        """A worker-run session got input (or was made): a work item unless one is live. A
+        failure is logged: the session's next input queues it."""
+        if self._work is None or session.body.get("tool_runner") != WORKER:
+            return
+        try:
+            await self._work.session_input(session.id)
+        except Exception:
+            log.exception("session %s: could not queue a work item", session.id)
+
+    async def _work_ended(self, session: Resource) -> None:
+        if self._work is None or session.body.get("tool_runner") != WORKER:
+            return
+        try:
+            await self._work.session_ended(session.id)
+        except Exception:
+            log.exception("session %s: could not stop its work items", session.id)
 
     async def _view(self, res: Resource) -> SessionView:
         status = await read_status(self._store, res.id)

@@ -98,6 +98,7 @@ EXPECTED = {
         "StatusView",
         "append_and_publish",
         "check_answers",
+        "open_tool_uses",
         "pending_answers",
         "read_active_ms",
         "read_status",
