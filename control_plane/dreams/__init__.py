@@ -3,7 +3,7 @@ into a memory store (``/v1/dreams``; docs/dreams.md)."""
 
 from control_plane.dreams.commands import CreateDream, DreamPage, DreamQuery
 from control_plane.dreams.config import DreamsConfig
-from control_plane.dreams.scheduler import DreamScheduler
+from control_plane.dreams.background import DreamScheduler
 from control_plane.dreams.service import DreamService, DreamWaker, NullDreamWaker
 
 __all__ = [

@@ -8,7 +8,7 @@ __all__ = ["DreamsConfig"]
 
 
 class DreamsConfig(BaseModel):
-    """The dream scheduler every control-plane process runs (:mod:`control_plane.dreams.scheduler`)."""
+    """The dream scheduler every control-plane process runs (:mod:`control_plane.dreams.background`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

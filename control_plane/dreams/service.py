@@ -4,7 +4,7 @@ A dream is a resource of kind ``dream``: its request (``inputs``, ``model``, ``i
 ``output_behavior``), its state (``status``, ``outputs``, ``session_id``, ``usage``, ``error``,
 ``ended_at``), the environments of its sessions (``environment_ids``; a key limited to
 environments sees a dream only if it sees all of them) and the claim of the process running it
-(``claim``: holder and expiry; :mod:`control_plane.dreams.scheduler`). Every change is a
+(``claim``: holder and expiry; :mod:`control_plane.dreams.background`). Every change is a
 compare-and-set on the resource's version, so a cancel and the runner's own writes never
 overwrite each other: ``completed``, ``failed`` and ``canceled`` are final.
 

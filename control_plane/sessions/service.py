@@ -117,7 +117,7 @@ from control_plane.sessions.usage import (
 )
 from control_plane.store.base import Event, EventLog, NewEvent, Order, Page, Resource, Resources
 
-__all__ = ["RunnerCalls", "SessionHooks", "SessionService", "SessionStore", "new_session_id"]
+__all__ = ["RunnerCalls", "SessionHooks", "SessionService", "SessionStore", "WorkQueueing", "new_session_id"]
 
 log = logging.getLogger(__name__)
 

@@ -92,7 +92,14 @@ EXPECTED = {
     "control_plane.api.session_resources": {"session_resources_router"},
     "control_plane.api.sessions": {"sessions_router", "viewer_of"},
     "control_plane.api.streaming": {"PING_FRAME", "EventStream", "SseResponse", "StreamSlots", "sse_frame"},
-    "control_plane.sessions.service": {"RunnerCalls", "SessionService", "SessionStore", "new_session_id"},
+    "control_plane.sessions.service": {
+        "RunnerCalls",
+        "SessionHooks",
+        "SessionService",
+        "SessionStore",
+        "WorkQueueing",
+        "new_session_id",
+    },
     "control_plane.sessions.log": {
         "ANSWER_ID_FIELDS",
         "StatusView",
