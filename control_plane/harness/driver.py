@@ -189,11 +189,11 @@ class SessionDriver:
                 memory=memory_prompt(self._memory),
                 skill_offers=body.get("skill_offers"),
             )
+            if body.get("tool_runner") == "worker":  # an outside worker runs the toolset's calls
+                self._agent = dataclasses.replace(self._agent, worker_tools=True)
             self._threads = threads = SessionThreads.for_session(
                 self._sid, self._agent, body.get("agent") or {}, memory=memory_prompt(self._memory)
             )
-            if body.get("tool_runner") == "worker":  # an outside worker runs the toolset's calls
-                self._agent = dataclasses.replace(self._agent, worker_tools=True)
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
             return

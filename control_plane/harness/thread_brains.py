@@ -221,6 +221,8 @@ class SessionThreads:
     ) -> SessionThreads:
         """The threads of session ``session_id`` whose agent (parsed as ``agent``) is ``snapshot``."""
         roster = roster_of(snapshot, memory=memory)
+        if agent.worker_tools:  # a worker-run environment: every thread's toolset calls go to the worker
+            roster = tuple(replace(m, agent=replace(m.agent, worker_tools=True)) for m in roster)
         if roster:
             agent = replace(agent, delegates=delegate_tools(roster))
         name = str(snapshot.get("name") or "agent")

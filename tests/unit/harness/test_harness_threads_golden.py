@@ -342,3 +342,16 @@ def test_a_client_answer_reaches_the_subagent_whose_call_it_answers() -> None:
     thread, decision = perform(_reply)
     assert not thread.primary and isinstance(decision.effect, CallModel)
     assert "42" in json.dumps(decision.effect.request["messages"][-1])
+
+
+def test_in_a_worker_run_environment_every_thread_leaves_toolset_calls_to_the_worker() -> None:
+    """A worker-run session's coordinator and its subagents all wait for ``user.tool_result``
+    (the worker's) instead of dispatching toolset calls to an edge."""
+    import dataclasses
+
+    agent = dataclasses.replace(AgentSpec.from_json(SESSION_AGENT), worker_tools=True)
+    threads = SessionThreads.for_session(SESSION, agent, SESSION_AGENT)
+    assert threads.primary.agent.worker_tools
+    assert threads.roster and all(member.agent.worker_tools for member in threads.roster)
+    plain = SessionThreads.for_session(SESSION, AgentSpec.from_json(SESSION_AGENT), SESSION_AGENT)
+    assert not any(member.agent.worker_tools for member in plain.roster)
