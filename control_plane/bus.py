@@ -44,6 +44,7 @@ class Persisted:
 class Delta:
     session_id: str
     payload: dict[str, Any]  # the JSON of an event_start / event_delta frame
+    thread_id: str | None = None  # a subagent thread's preview (None: the primary thread's)
 
 
 class Subscription:
@@ -98,10 +99,12 @@ class EventBus:
         for sub in subs:
             sub._offer(item)
 
-    def publish_delta(self, session_id: str, payload: dict[str, Any]) -> None:
+    def publish_delta(
+        self, session_id: str, payload: dict[str, Any], *, thread_id: str | None = None
+    ) -> None:
         if not self._delta_subs.get(session_id):
             return
-        item = Delta(session_id, payload)
+        item = Delta(session_id, payload, thread_id)
         for sub in self._subs.get(session_id, ()):
             if sub.deltas:
                 sub._offer(item)

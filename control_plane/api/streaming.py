@@ -145,9 +145,11 @@ class EventStream:
         ping_interval_s: float,
         clock: Callable[[], datetime],
         keep: Callable[[Event], bool] | None = None,
+        thread_id: str | None = None,
     ) -> None:
         self._store = store
         self._keep = keep  # a thread's stream: the events of that thread only
+        self._thread_id = thread_id  # a subagent thread's stream: its previews only
         self._session_id = session_id
         self._subscription = subscription
         self._sub = sub
@@ -173,7 +175,10 @@ class EventStream:
         ping_interval_s: float,
         clock: Callable[[], datetime],
         keep: Callable[[Event], bool] | None = None,
+        thread_id: str | None = None,
     ) -> EventStream:
+        """``keep``: the events to send (all by default); ``thread_id``: send only the previews of
+        that subagent thread (``None``: every preview, the subagents' cross-posted)."""
         subscription = bus.subscribe(session_id, deltas=bool(delta_types))
         sub = subscription.__enter__()
         try:
@@ -192,6 +197,7 @@ class EventStream:
             ping_interval_s=ping_interval_s,
             clock=clock,
             keep=keep,
+            thread_id=thread_id,
         )
 
     def close(self) -> None:
@@ -214,7 +220,7 @@ class EventStream:
             size = 0
             while item is not None:
                 if isinstance(item, Delta):
-                    preview = self._delta_frame(item.payload)
+                    preview = self._delta_frame(item)
                     if preview is not None:
                         out.append(preview)
                         size += len(preview)
@@ -276,12 +282,15 @@ class EventStream:
             return b""
         return sse_frame(event.type, event_json(event), str(event.seq))
 
-    def _delta_frame(self, payload: dict[str, Any]) -> bytes | None:
+    def _delta_frame(self, item: Delta) -> bytes | None:
+        payload = item.payload
         kind = payload.get("type")
         if kind == "event_start":
             preview = payload.get("event")
             if not isinstance(preview, dict) or preview.get("type") not in self._delta_types:
                 return None
+            if self._thread_id is not None and item.thread_id != self._thread_id:
+                return None  # another thread's
             preview_id = str(preview.get("id"))
             if preview_id in self._delivered:  # the event itself went out already
                 return None

@@ -5,7 +5,8 @@
 * ``GET  .../threads/{thread_id}`` — one thread; ``POST .../threads/{thread_id}/archive``;
 * ``GET  .../threads/{thread_id}/events`` — a page of the thread's events (oldest first);
 * ``GET  .../threads/{thread_id}/stream`` — Server-Sent Events like the session stream, of the
-  thread's events only (the primary thread's: the whole log; previews on the primary's only).
+  thread's events only (the primary thread's: the whole log and every preview; a subagent
+  thread's: its own events and previews).
 
 The rules are :class:`~control_plane.sessions.thread_views.ThreadViews`'; this module speaks HTTP.
 """
@@ -95,8 +96,7 @@ class _ThreadRoutes:
 
     async def stream(self, request: Request, session_id: str, thread_id: str, caller: CallerDep) -> Response:
         deltas = query_list(request.query_params, "event_deltas", allowed=DELTA_EVENT_TYPES)
-        if thread_id != primary_thread_id(session_id):
-            deltas = []  # previews are not tagged with a thread: the primary's stream has them
+        subagent = thread_id if thread_id != primary_thread_id(session_id) else None
         release = self._slots.acquire(caller.key.id)
         try:
             await self._views.get(session_id, thread_id, viewer_of(caller))
@@ -109,6 +109,7 @@ class _ThreadRoutes:
                 ping_interval_s=self._ping_s,
                 clock=self._clock,
                 keep=thread_event_filter(session_id, thread_id),
+                thread_id=subagent,  # a subagent's stream: its previews only; the primary's: all
             )
         except BaseException:
             release()

@@ -7,7 +7,9 @@ made, so input that arrived meanwhile makes it decide again), model calls (strea
 out on the bus, the whole outcome appended at once), tool calls through the gateway (the
 ``agent.tool_use`` event id is the idempotency key), MCP calls through the MCP backend (the
 ``agent.mcp_tool_use`` event id is the key), and session resource updates (``status``,
-``usage``). After every append it publishes ``publish_persisted``.
+``usage``: :mod:`~control_plane.harness.session_mirror`). After every append it publishes
+``publish_persisted``; a model's stream is fanned out as previews by
+:mod:`~control_plane.harness.stream_previews`.
 
 Round trips: the log is read once when the driver starts and again only when it may hold events
 the driver has not seen (a wake arrived, an append conflicted, or the events the driver appended
@@ -40,21 +42,14 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
 from control_plane.bus import EventBus
 from control_plane.edge_counts import count_edges
-from control_plane.errors import (
-    EdgeUnavailable,
-    Fenced,
-    GatewayDraining,
-    NotFound,
-    SequenceConflict,
-    VersionConflict,
-)
+from control_plane.errors import EdgeUnavailable, Fenced, GatewayDraining, NotFound, SequenceConflict
 from control_plane.harness import event_drafts as ev
 from control_plane.harness.agent import AgentSpec
 from control_plane.harness.compaction import compaction_events, counted_over_budget
@@ -64,7 +59,7 @@ from control_plane.harness.lease import LeaseKeeper
 from control_plane.harness.mcp_calls import McpBackend, call_tool, list_servers
 from control_plane.harness.mcp_offer import McpOffer, build_offer, servers_to_list
 from control_plane.harness.memory_writeback import MemoryWriteBack
-from control_plane.harness.model import BlockStart, ModelClient, ModelError, StreamEvent, TextDelta
+from control_plane.harness.model import ModelClient, ModelError, StreamEvent
 from control_plane.harness.outcomes import (
     ONGOING_INTERVAL_S,
     GradeOutcome,
@@ -72,6 +67,7 @@ from control_plane.harness.outcomes import (
     grading_failure_events,
     ongoing_event,
 )
+from control_plane.harness.session_mirror import SessionMirror, StopWork
 from control_plane.harness.step import (
     CallModel,
     Decision,
@@ -87,6 +83,7 @@ from control_plane.harness.step import (
     model_output_events,
     tool_outcome_events,
 )
+from control_plane.harness.stream_previews import block_event_ids, stream_previews
 from control_plane.harness.thread_brains import SessionThreads, Thread, decide_threads
 from control_plane.harness.tool_gateway import RecentSessions, ToolGateway
 from control_plane.sessions.log import append_and_publish
@@ -101,7 +98,6 @@ __all__ = ["DriverContext", "RecentSessions", "SessionDriver", "ToolGateway"]
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
-_RESOURCE_RETRIES = 8
 _LEADING_STATUSES = frozenset({"running", "rescheduling"})
 _SPECULATIVE_DELAY_S = 0.05
 
@@ -124,10 +120,6 @@ class DriverContext:
     memory: MemoryWriteBack | None = None  # None: memory changes reported by the edge are dropped
 
 
-class _Stop(Exception):
-    """This harness must stop working on the session (fenced, lease lost, session gone)."""
-
-
 class _Interrupted(Exception):
     """A ``user.interrupt`` arrived while an effect was in flight."""
 
@@ -148,10 +140,8 @@ class SessionDriver:
         lease, say); otherwise the driver reads it."""
         self._ctx = ctx
         self._prefetched = session
-        self._pending_update: asyncio.Task[None] | None = None
-        #: The session resource as this driver last read or wrote it: a status or usage update
-        #: is tried against its version first (a conflict re-reads), saving a read per update.
-        self._resource: Resource | None = None
+        #: The session resource's status and usage, kept in step with the log.
+        self._mirror = SessionMirror(ctx.store, session_id, ctx.clock, ctx.background)
         self._sid = session_id
         self._lease = lease
         self._wake = wake
@@ -162,8 +152,6 @@ class SessionDriver:
         self._focus: Thread | None = None
         #: The folded state may lack events: read the log before the next decision.
         self._stale = True
-        #: Usage not yet written to the session resource (written with the next status).
-        self._usage_due: Mapping[str, Any] | None = None
         self._agent: AgentSpec | None = None
         self._memory: list[dict[str, Any]] = []  # the session's memory store mounts
         self.environment_id: str | None = None
@@ -175,7 +163,7 @@ class SessionDriver:
         session is gone; other errors propagate."""
         try:
             await self._run()
-        except _Stop as stop:
+        except StopWork as stop:
             log.info("session %s: stopping: %s", self._sid, stop)
 
     async def _run(self) -> None:
@@ -192,7 +180,11 @@ class SessionDriver:
             if body.get("tool_runner") == "worker":  # an outside worker runs the toolset's calls
                 self._agent = dataclasses.replace(self._agent, worker_tools=True)
             self._threads = threads = SessionThreads.for_session(
-                self._sid, self._agent, body.get("agent") or {}, memory=memory_prompt(self._memory)
+                self._sid,
+                self._agent,
+                body.get("agent") or {},
+                memory=memory_prompt(self._memory),
+                skill_offers=body.get("skill_offers"),
             )
         except ValueError as exc:
             log.error("session %s: cannot run: %s", self._sid, exc)
@@ -207,7 +199,7 @@ class SessionDriver:
         self._ctx.gateway.forget_session(self._sid)
         while True:
             if self._lease.lost.is_set():
-                raise _Stop("lease lost")
+                raise StopWork("lease lost")
             if self._stale or self._wake.is_set():
                 await self._refresh()
             decision = self._decide()
@@ -233,10 +225,13 @@ class SessionDriver:
                 log.debug("session %s: new events arrived; deciding again", self._sid)
                 self._stale = True
         self._focus, self._state = threads.primary, threads.primary.state  # the session's status
-        known = self._resource
-        if self._usage_due is not None or known is None or known.body.get("status") != self._state.status:
-            await self._update_resource(status=self._state.status)
+        if not self._mirror.shows(self._state.status):
+            await self._mirror.update(status=self._state.status)
         self.ended = self._state.status == "terminated"
+
+    def _thread_tag(self) -> str | None:
+        """The focused thread's id if it is a subagent's (``None``: the primary)."""
+        return None if self._focus is None or self._focus.primary else self._focus.id
 
     def _decide(self, offer: McpOffer | None = None, *, only: bool = False) -> Decision:
         """The next decision of the session's threads (``only``: of the focused one), focusing
@@ -261,7 +256,7 @@ class SessionDriver:
         if resource.archived_at is not None or resource.body.get("status") == "terminated":
             self.ended = True
             return None
-        self._resource = resource
+        self._mirror.known = resource
         return resource.body
 
     async def _refresh(self) -> None:
@@ -350,7 +345,7 @@ class SessionDriver:
         price = self._ctx.config.price_of(self._agent.model)
         drafts = evaluation_end_events(call, message, usage_before, price=price, budget=self._state.budget)
         await self._append(drafts)
-        self._usage_due = drafts[-1].payload["usage"]
+        self._mirror.usage_due = drafts[-1].payload["usage"]
 
     async def _append(self, drafts: Sequence[ev.Draft], *, expected_seq: int | None = None) -> list[Event]:
         assert self._threads is not None and self._focus is not None
@@ -367,7 +362,7 @@ class SessionDriver:
                 epoch=self._lease.epoch,
             )
         except Fenced as exc:
-            raise _Stop(f"fenced: {exc}") from None
+            raise StopWork(f"fenced: {exc}") from None
         except BaseException:
             self._stale = True  # whether it landed is unknown: read the log
             raise
@@ -386,11 +381,11 @@ class SessionDriver:
         if status in _LEADING_STATUSES:
             # Not awaited: the model request need not wait for it. A restarted harness's scan also
             # wakes sessions whose log is not at rest, whatever the resource says.
-            self._update_resource_soon(status=status)
+            self._mirror.update_soon(status=status)
             return await self._append(drafts, expected_seq=expected_seq)
         stored = await self._append(drafts, expected_seq=expected_seq)
         if status is not None and status not in _LEADING_STATUSES:
-            await self._update_resource(status=status)
+            await self._mirror.update(status=status)
         return stored
 
     async def _call_model(self, call: CallModel, start_id: str) -> None:
@@ -401,7 +396,8 @@ class SessionDriver:
             return
         usage_before = dict(self._state.usage)
         ids: dict[int, str] = {}
-        on_stream = self._on_stream(ids)
+        ctx = self._ctx
+        on_stream = stream_previews(ctx.bus, self._sid, ctx.new_id, ids, thread_id=self._thread_tag())
         timer: asyncio.TimerHandle | None = None
         if call.provision and not self._ctx.config.eager_provision:
             # Speculative provisioning overlaps the model's time to first token; it starts once the
@@ -431,7 +427,7 @@ class SessionDriver:
         finally:
             if timer is not None:
                 timer.cancel()
-        block_ids = _block_event_ids(message, ids, self._ctx.new_id)
+        block_ids = block_event_ids(message, ids, self._ctx.new_id)
         drafts = model_output_events(
             self._agent,
             message,
@@ -443,7 +439,7 @@ class SessionDriver:
             budget=self._state.budget,
         )
         await self._append(drafts)
-        self._usage_due = drafts[-1].payload["usage"]
+        self._mirror.usage_due = drafts[-1].payload["usage"]
 
     async def _model_failed(self, what: str, call: CallModel, start_id: str, exc: ModelError) -> None:
         """A model or compaction request failed: its span ends, and a retry or the error follows."""
@@ -474,42 +470,7 @@ class SessionDriver:
             call.compaction, message, start_id, usage_before, price=price, budget=self._state.budget
         )
         await self._append(drafts)
-        self._usage_due = drafts[-1].payload["usage"]
-
-    def _on_stream(self, ids: dict[int, str]) -> Callable[[StreamEvent], None]:
-        """Fan model stream events out as ``event_start`` / ``event_delta``; ``ids`` receives the
-        event id of every content block (consecutive text blocks share one ``agent.message``)."""
-        kinds: dict[int, str] = {}
-        group_start: dict[int, int] = {}
-        bus = self._ctx.bus
-        publish = bus.publish_delta
-
-        def on_event(item: StreamEvent) -> None:
-            if isinstance(item, BlockStart):
-                kinds[item.index] = item.type
-                prev = item.index - 1
-                if item.type == "text" and kinds.get(prev) == "text" and prev in ids:
-                    ids[item.index] = ids[prev]
-                    group_start[item.index] = group_start[prev]
-                    return
-                ids[item.index] = event_id = self._ctx.new_id()
-                group_start[item.index] = item.index
-                if item.type == "text":
-                    kind = ev.AGENT_MESSAGE
-                elif item.type in ("thinking", "redacted_thinking"):
-                    kind = ev.AGENT_THINKING
-                else:
-                    return
-                publish(self._sid, {"type": "event_start", "event": {"type": kind, "id": event_id}})
-            elif isinstance(item, TextDelta) and item.index in ids and bus.wants_deltas(self._sid):
-                delta = {
-                    "type": "content_delta",
-                    "index": item.index - group_start[item.index],
-                    "content": {"type": "text", "text": item.text},
-                }
-                publish(self._sid, {"type": "event_delta", "event_id": ids[item.index], "delta": delta})
-
-        return on_event
+        self._mirror.usage_due = drafts[-1].payload["usage"]
 
     async def _start_provisioning(self) -> None:
         config, env = self._ctx.config, self.environment_id
@@ -600,7 +561,7 @@ class SessionDriver:
             except GatewayDraining as exc:
                 # This process is shutting down: leave the call unanswered for the harness that
                 # takes the lease next (it re-sends it with the same idempotency key).
-                raise _Stop(str(exc)) from None
+                raise StopWork(str(exc)) from None
             except EdgeUnavailable as exc:
                 outcome = SandboxUnavailable(str(exc))
             except OutpostError as exc:
@@ -645,13 +606,13 @@ class SessionDriver:
         except _Interrupted:
             return  # the next step answers the call as interrupted and ends the turn
         except GatewayDraining as exc:
-            raise _Stop(str(exc)) from None  # as for toolset calls: the next harness makes the call
+            raise StopWork(str(exc)) from None  # as for toolset calls: the next harness makes the call
         await self._append([draft])
 
     # -- interruption -------------------------------------------------------------------------------
     async def _interruptible(self, awaitable: Awaitable[_T]) -> _T:
         """Await ``awaitable`` unless a ``user.interrupt`` arrives (→ ``_Interrupted``) or the
-        lease is lost (→ ``_Stop``) first; either cancels it."""
+        lease is lost (→ ``StopWork``) first; either cancels it."""
         op = asyncio.ensure_future(awaitable)
         watcher = asyncio.ensure_future(self._watch(self._state.last_seq))
         try:
@@ -664,7 +625,7 @@ class SessionDriver:
             return op.result()
         await _cancel(op)
         if watcher.result() == "lease":
-            raise _Stop("lease lost")
+            raise StopWork("lease lost")
         raise _Interrupted
 
     async def _watch(self, after_seq: int) -> str:
@@ -688,96 +649,12 @@ class SessionDriver:
                 continue
             await _first_of(self._wake.wait(), self._lease.lost.wait())
 
-    # -- the session resource -----------------------------------------------------------------------
-    def _update_resource_soon(self, *, status: str) -> None:
-        """Start a resource update without waiting for it; updates stay in order."""
-        previous = self._pending_update
-
-        async def update() -> None:
-            if previous is not None:
-                await asyncio.gather(previous, return_exceptions=True)
-            try:
-                await self._write_resource(status=status, usage=None)
-            except _Stop as stop:
-                log.debug("session %s: status update skipped: %s", self._sid, stop)
-
-        self._pending_update = task = asyncio.create_task(update(), name=f"status-{self._sid}")
-        self._ctx.background.add(task)
-        task.add_done_callback(self._ctx.background.discard)
-
-    async def _update_resource(
-        self, *, status: str | None = None, usage: Mapping[str, Any] | None = None
-    ) -> None:
-        """Bring the session resource's ``status`` / ``usage`` in line with the log, after any
-        update still in flight."""
-        if self._pending_update is not None:
-            pending, self._pending_update = self._pending_update, None
-            await asyncio.gather(pending, return_exceptions=True)
-        await self._write_resource(status=status, usage=usage)
-
-    async def _write_resource(self, *, status: str | None, usage: Mapping[str, Any] | None) -> None:
-        """(The API may update the same resource concurrently: retry on ``VersionConflict``.)
-        Usage still due from the last model request is written along."""
-        if usage is None:
-            usage, self._usage_due = self._usage_due, None
-        if status is None and usage is None:
-            return
-        store = self._ctx.store
-        known, self._resource = self._resource, None
-        for _ in range(_RESOURCE_RETRIES):
-            if known is not None:  # what this driver last saw: its version is checked by the write
-                resource, known = known, None
-                fresh = False
-            else:
-                try:
-                    resource = await store.get_resource("session", self._sid)
-                except NotFound:
-                    raise _Stop("the session was deleted") from None
-                fresh = True
-            body = dict(resource.body)
-            if status is not None and body.get("status") != "terminated":
-                body["status"] = status
-            if usage is not None:
-                body["usage"] = dict(usage)  # a cumulative snapshot: replaces the last one
-            if body == resource.body:
-                if fresh:
-                    self._resource = resource
-                    return
-                continue  # nothing to change as last seen: read it to be sure
-            try:
-                self._resource = await store.update_resource(
-                    "session", self._sid, body, self._ctx.clock(), expected_version=resource.version
-                )
-                return
-            except VersionConflict:
-                continue
-            except NotFound:
-                raise _Stop("the session was deleted") from None
-        log.warning("session %s: could not update the session resource (kept conflicting)", self._sid)
-
 
 def _last_status(drafts: Sequence[ev.Draft]) -> str | None:
     status = None
     for draft in drafts:
         status = ev.status_of(draft.type) or status
     return status
-
-
-def _block_event_ids(
-    message: Mapping[str, Any], streamed: Mapping[int, str], new_id: Callable[[], str]
-) -> list[str]:
-    """An event id per content block: the ids streamed in ``event_start`` frames, else fresh
-    ones (consecutive text blocks share one)."""
-    content = [b for b in message.get("content") or () if isinstance(b, Mapping)]
-    ids: list[str] = []
-    for index, block in enumerate(content):
-        if index in streamed:
-            ids.append(streamed[index])
-        elif block.get("type") == "text" and index > 0 and content[index - 1].get("type") == "text":
-            ids.append(ids[-1])
-        else:
-            ids.append(new_id())
-    return ids
 
 
 async def _first_of(*awaitables: Awaitable[Any]) -> None:

@@ -27,8 +27,12 @@ position, with ids derived from the tool-use event id, so a crash replays nothin
 The subagent thread then runs its own turns. Once it is at rest (idle, not waiting for an action,
 or terminated), the coordinator appends ``agent.thread_message_sent`` (on the subagent thread: its
 reply), ``agent.thread_message_received`` (primary) and the ``agent.tool_result`` of the call,
-carrying the subagent's last message. Several calls in one assistant message start their threads
-together.
+carrying the subagent's last message (and a note naming the thread). Several calls in one
+assistant message start their threads together. A call naming ``session_thread_id`` (an existing
+thread of its agent, at rest) is a follow-up: the same append without ``session.thread_created``
+delivers its message to that thread, and its result is recorded the same way; a follow-up is
+known delivered by its derived ``agent.thread_message_received`` id. Roster agents get the
+session's skills offer (``skill_offers``), as the primary does.
 
 Interrupts: ``user.interrupt`` without ``session_thread_id`` interrupts every thread; with one,
 only that thread. ``session.updated`` and ``session.status_terminated`` reach every thread. Usage
@@ -99,7 +103,14 @@ _DELEGATE_SCHEMA: dict[str, Any] = {
             "enum": list(_SANDBOX_MODES),
             "description": (
                 "shared (default): the agent works in this session's sandbox, seeing your files; "
-                "own: it gets a sandbox of its own."
+                "own: it gets a sandbox of its own. Not with session_thread_id."
+            ),
+        },
+        "session_thread_id": {
+            "type": "string",
+            "description": (
+                "To send a follow-up to a thread this agent already worked in (the id a previous "
+                "result of this tool named), keeping what it knows; omit to start a new thread."
             ),
         },
     },
@@ -129,9 +140,13 @@ class RosterMember:
     agent: AgentSpec
 
 
-def roster_of(agent: Mapping[str, Any], *, memory: str | None = None) -> tuple[RosterMember, ...]:
+def roster_of(
+    agent: Mapping[str, Any], *, memory: str | None = None, skill_offers: Any = None
+) -> tuple[RosterMember, ...]:
     """The roster of a session's resolved agent snapshot (``multiagent.agents`` as the session
-    stores them: full agent snapshots and advisors); empty without ``multiagent``."""
+    stores them: full agent snapshots and advisors); empty without ``multiagent``. Roster agents
+    are offered the session's skills (``skill_offers``: those in the sandbox), as the primary is;
+    an advisor (no tools, no sandbox) is not."""
     multiagent = agent.get("multiagent")
     if not isinstance(multiagent, Mapping):
         return ()
@@ -143,7 +158,7 @@ def roster_of(agent: Mapping[str, Any], *, memory: str | None = None) -> tuple[R
             spec = AgentSpec(model=str(entry.get("model")), system=None)
         else:
             name = str(entry.get("name") or entry.get("id"))
-            spec = AgentSpec.from_json(entry, memory=memory)
+            spec = AgentSpec.from_json(entry, memory=memory, skill_offers=skill_offers)
         slug = re.sub(r"[^a-zA-Z0-9_-]", "_", name)[:48] or "agent"
         tool_name, n = DELEGATE_PREFIX + slug, 2
         while tool_name in taken:
@@ -214,13 +229,21 @@ class SessionThreads:
     threads: dict[str, Thread] = field(default_factory=dict)  # subagent threads, in creation order
     _calls: dict[str, tuple[str, dict[str, Any]]] = field(default_factory=dict)  # thread id → (tool, input)
     _tool_owner: dict[str, Thread] = field(default_factory=dict)  # a subagent's tool-use event id → it
+    _received: set[str] = field(default_factory=set)  # ids of the messages subagent threads received
 
     @classmethod
     def for_session(
-        cls, session_id: str, agent: AgentSpec, snapshot: Mapping[str, Any], *, memory: str | None = None
+        cls,
+        session_id: str,
+        agent: AgentSpec,
+        snapshot: Mapping[str, Any],
+        *,
+        memory: str | None = None,
+        skill_offers: Any = None,
     ) -> SessionThreads:
-        """The threads of session ``session_id`` whose agent (parsed as ``agent``) is ``snapshot``."""
-        roster = roster_of(snapshot, memory=memory)
+        """The threads of session ``session_id`` whose agent (parsed as ``agent``) is ``snapshot``;
+        ``memory`` / ``skill_offers``: the session's, for the roster agents' prompts."""
+        roster = roster_of(snapshot, memory=memory, skill_offers=skill_offers)
         if agent.worker_tools:  # a worker-run environment: every thread's toolset calls go to the worker
             roster = tuple(replace(m, agent=replace(m.agent, worker_tools=True)) for m in roster)
         if roster:
@@ -261,6 +284,8 @@ class SessionThreads:
             owner = self.threads.get(tid)
             if owner is not None:
                 owner.state.apply(_as_own(event))
+                if event.type == THREAD_MESSAGE_RECEIVED:
+                    self._received.add(event.id)
                 if event.type in _TOOL_USES:
                     self._tool_owner[event.id] = owner
         elif event.type in _ANSWERS and str(event.payload.get(_ANSWERS[event.type])) in self._tool_owner:
@@ -365,15 +390,20 @@ def decide_threads(
 
 
 def _delegations(threads: SessionThreads, decision: Decision) -> Decision:
-    """The coordinator's decision with its ``call_agent_*`` calls handled: threads started for new
-    calls, results recorded for calls whose thread is at rest; empty while they all work."""
+    """The coordinator's decision with its ``call_agent_*`` calls handled: threads started (or
+    follow-ups delivered) for new calls, results recorded for calls whose thread is at rest; empty
+    while they all work."""
     effect = decision.effect
     if effect is None or threads.member(getattr(effect, "name", "")) is None:
         return decision
     state = threads.primary.state
     calls = [t for t in state.open_tools if t.answer is None and threads.member(t.name) is not None]
     drafts: list[ev.Draft] = []
+    claimed: set[str] = set()  # threads given a follow-up in this message
     for call in calls:
+        if "session_thread_id" in call.input:
+            drafts.extend(_follow_up(threads, call, claimed))
+            continue
         thread = threads.threads.get(spawned_thread_id(call.event_id))
         if thread is None:
             drafts.extend(_start(threads, call))
@@ -390,19 +420,61 @@ def _start(threads: SessionThreads, call: ToolUse) -> list[ev.Draft]:
     message = call.input.get("message")
     sandbox = call.input.get("sandbox", "shared")
     if not isinstance(message, str) or not message.strip() or sandbox not in _SANDBOX_MODES:
-        text = 'call_agent tools take {"message": "<non-empty text>", "sandbox"?: "shared" | "own"}.'
-        return [ev.tool_result(call.event_id, ev.text_content(text), is_error=True)]
+        return [_refused(call, _USAGE)]
     tid = spawned_thread_id(call.event_id)
-    content = ev.text_content(message)
     return [
         ev.Draft(
             THREAD_CREATED,
             {"session_thread_id": tid, "agent_name": member.name, "workflow_run_id": None},
             _event_id(call.event_id, "created"),
         ),
+        *_deliver(threads, call, tid, member.name, message),
+    ]
+
+
+def _follow_up(threads: SessionThreads, call: ToolUse, claimed: set[str]) -> list[ev.Draft]:
+    """A call naming ``session_thread_id``: its message delivered to that thread (at rest, running
+    the call's agent), or its result once the thread is at rest again."""
+    target = call.input.get("session_thread_id")
+    thread = threads.threads.get(target) if isinstance(target, str) else None
+    if thread is not None and _event_id(call.event_id, "received") in threads._received:
+        claimed.add(thread.id)
+        return _finish(threads, call, thread) if _at_rest(thread.state) else []
+    member = threads.member(call.name)
+    assert member is not None
+    message = call.input.get("message")
+    if not isinstance(message, str) or not message.strip() or "sandbox" in call.input:
+        return [_refused(call, _USAGE + " A thread keeps its sandbox: no sandbox with session_thread_id.")]
+    if thread is None:
+        return [_refused(call, f"This session has no subagent thread {target!r}.")]
+    if thread.agent_name != member.name:
+        text = f"Thread {thread.id} runs the agent {thread.agent_name!r}, not {member.name!r}."
+        return [_refused(call, text)]
+    if thread.state.terminated:
+        return [_refused(call, f"Thread {thread.id} has ended; start a new one (omit session_thread_id).")]
+    if not _at_rest(thread.state) or thread.id in claimed:
+        return [_refused(call, f"Thread {thread.id} is working on another call; wait for its result.")]
+    claimed.add(thread.id)
+    return _deliver(threads, call, thread.id, member.name, message)
+
+
+_USAGE = (
+    'call_agent tools take {"message": "<non-empty text>", "sandbox"?: "shared" | "own", '
+    '"session_thread_id"?: "<a thread this agent worked in>"}.'
+)
+
+
+def _refused(call: ToolUse, text: str) -> ev.Draft:
+    return ev.tool_result(call.event_id, ev.text_content(text), is_error=True)
+
+
+def _deliver(threads: SessionThreads, call: ToolUse, tid: str, name: str, message: str) -> list[ev.Draft]:
+    """The call's message, sent by the primary thread and received by thread ``tid``."""
+    content = ev.text_content(message)
+    return [
         ev.Draft(
             THREAD_MESSAGE_SENT,
-            {"to_session_thread_id": tid, "to_agent_name": member.name, "content": content},
+            {"to_session_thread_id": tid, "to_agent_name": name, "content": content},
             _event_id(call.event_id, "sent"),
         ),
         ev.Draft(
@@ -439,10 +511,20 @@ def _finish(threads: SessionThreads, call: ToolUse, thread: Thread) -> list[ev.D
         ),
         ev.Draft(
             ev.AGENT_TOOL_RESULT,
-            {"tool_use_id": call.event_id, "content": content, "is_error": is_error},
+            {
+                "tool_use_id": call.event_id,
+                "content": [*content, _thread_note(call, thread)],
+                "is_error": is_error,
+            },
             _event_id(call.event_id, "result"),
         ),
     ]
+
+
+def _thread_note(call: ToolUse, thread: Thread) -> dict[str, Any]:
+    """The result's last block: how the coordinator sends this thread a follow-up."""
+    text = f"[session_thread_id: {thread.id} (give it to {call.name} to follow up in this thread)]"
+    return {"type": "text", "text": text}
 
 
 def _last_reply(state: SessionState) -> str:

@@ -104,6 +104,7 @@ from control_plane.sessions.repository_tokens import (
     list_session_resources,
 )
 from control_plane.sessions.roster import session_multiagent
+from control_plane.sessions.thread_views import check_thread_ids
 from control_plane.sessions.usage import (
     Budget,
     ModelPrice,
@@ -378,6 +379,7 @@ class SessionService:
                 f"session {session_id!r} runs a dream; it takes no events", param="session_id"
             )
         events = parse_input_events(raw_events)
+        await check_thread_ids(self._store, session_id, events, "events")
         events = await prepare_outcomes(events, self._store, session_id, self._files, "events")
         worker_tools = session.body.get("tool_runner") == WORKER
         await check_answers(self._store, session_id, events, "events", worker_tools=worker_tools)

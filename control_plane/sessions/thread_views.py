@@ -21,18 +21,19 @@ import contextlib
 import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from control_plane.environments.commands import Viewer
 from control_plane.errors import Conflict, InvalidRequest, NotFound
 from control_plane.sessions.events import STATUS_BY_EVENT_TYPE, rfc3339
-from control_plane.store.base import Event, Resource, Store
+from control_plane.store.base import Event, EventLog, NewEvent, Resource, Resources, Store
 
 __all__ = [
     "ARCHIVE_KIND",
     "THREAD_STATUSES",
     "ThreadPage",
     "ThreadViews",
+    "check_thread_ids",
     "primary_thread_id",
     "sandbox_owner",
     "thread_event_filter",
@@ -72,6 +73,31 @@ def thread_event_filter(session_id: str, thread_id: str) -> Any:
     if thread_id == primary_thread_id(session_id):
         return lambda event: True
     return lambda event: event.payload.get("session_thread_id") == thread_id
+
+
+class _ThreadStore(Resources, EventLog, Protocol):
+    """The store roles :func:`check_thread_ids` reads."""
+
+
+async def check_thread_ids(
+    store: _ThreadStore, session_id: str, events: Sequence[NewEvent], param: str
+) -> None:
+    """``InvalidRequest`` naming the field (nothing is written) if an event of the batch names a
+    ``session_thread_id`` the session does not have, or interrupts an archived thread."""
+    named = [(i, e) for i, e in enumerate(events) if isinstance(e.payload.get("session_thread_id"), str)]
+    if not named:
+        return
+    created = await store.get_events(session_id, types=("session.thread_created",))
+    known = {primary_thread_id(session_id), *(str(e.payload.get("session_thread_id")) for e in created)}
+    for index, event in named:
+        tid = str(event.payload["session_thread_id"])
+        where = f"{param}[{index}].session_thread_id"
+        if tid not in known:
+            raise InvalidRequest(f"{where}: session {session_id} has no thread {tid!r}", param=where)
+        if event.type == "user.interrupt" and tid != primary_thread_id(session_id):
+            with contextlib.suppress(NotFound):
+                await store.get_resource(ARCHIVE_KIND, tid)
+                raise InvalidRequest(f"{where}: thread {tid!r} is archived", param=where)
 
 
 @dataclass(frozen=True, slots=True)

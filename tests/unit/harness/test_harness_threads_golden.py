@@ -152,6 +152,61 @@ def _bad_delegation_input(log: Log) -> None:
     _perform(log, lambda t: message([tool_use("toolu_a", "call_agent_advisor", {"brief": "?"})], "tool_use"))
 
 
+def _thread_of(log: Log, name: str) -> str:
+    return next(
+        str(e.payload["session_thread_id"])
+        for e in log.events
+        if e.type == "session.thread_created" and e.payload["agent_name"] == name
+    )
+
+
+def _follow_up(log: Log) -> None:
+    """After the coordinator's first answer, the user asks more; it follows up in the researcher's
+    thread (a call naming its ``session_thread_id``)."""
+    _coordinator_resumes(log)
+    _perform(log, lambda t: message([text("Paris it is.")], "end_turn"))  # the coordinator answers
+    _perform(log)  # idle
+    log.user("And its population?")
+    researcher = _thread_of(log, "researcher")
+    _perform(
+        log,
+        lambda t: message(
+            [
+                tool_use(
+                    "toolu_f",
+                    "call_agent_researcher",
+                    {"message": "Population?", "session_thread_id": researcher},
+                )
+            ],
+            "tool_use",
+        ),
+    )
+
+
+def _follow_up_runs(log: Log) -> None:
+    _follow_up(log)
+    _perform(log)  # the follow-up delivered to the researcher's thread
+
+
+def _follow_up_returns(log: Log) -> None:
+    _follow_up_runs(log)
+    _perform(log, lambda t: message([text("About 2.1 million.")], "end_turn"))
+    _perform(log)  # the researcher's idle
+
+
+def _follow_up_refused(log: Log) -> None:
+    _coordinator_resumes(log)
+    _perform(log, lambda t: message([text("Paris it is.")], "end_turn"))
+    _perform(log)
+    log.user("More.")
+    writer = _thread_of(log, "writer")
+    calls = [
+        tool_use("toolu_x", "call_agent_researcher", {"message": "?", "session_thread_id": "sthr_nope"}),
+        tool_use("toolu_y", "call_agent_researcher", {"message": "?", "session_thread_id": writer}),
+    ]
+    _perform(log, lambda t: message(calls, "tool_use"))
+
+
 SCENARIOS: dict[str, Callable[[Log], None]] = {
     "threads_delegate_starts_threads": _delegate,
     "threads_subagent_first_call": _researcher_first_call,
@@ -162,6 +217,10 @@ SCENARIOS: dict[str, Callable[[Log], None]] = {
     "threads_interrupt_one_thread": _interrupt_one_thread,
     "threads_interrupt_all": _interrupt_all,
     "threads_bad_delegation_input": _bad_delegation_input,
+    "threads_follow_up_delivered": _follow_up,
+    "threads_follow_up_runs": _follow_up_runs,
+    "threads_follow_up_returns": _follow_up_returns,
+    "threads_follow_up_refused": _follow_up_refused,
 }
 
 
@@ -271,7 +330,11 @@ def test_what_the_goldens_mean() -> None:
         "agent.thread_message_received",
         "agent.tool_result",
     ]
-    assert back["appends"][2]["payload"]["content"] == [{"type": "text", "text": "writer says: done."}]
+    reply, note = back["appends"][2]["payload"]["content"]
+    assert reply == {"type": "text", "text": "writer says: done."}
+    assert note["text"].startswith(
+        f"[session_thread_id: {back['appends'][0]['payload']['session_thread_id']} "
+    )
 
     resumed = _decided("threads_coordinator_resumes")
     assert resumed["thread"] == "primary" and resumed["effect"]["kind"] == "call_model"
@@ -287,6 +350,27 @@ def test_what_the_goldens_mean() -> None:
     everyone = _decided("threads_interrupt_all")
     assert everyone["thread"] == "primary"  # the coordinator's turn ends first; each thread then its own
     assert [a["type"] for a in everyone["appends"]][-1] == "session.status_idle"
+
+    follow = _decided("threads_follow_up_delivered")  # no new thread: the message to the researcher's
+    assert follow["thread"] == "primary" and follow["effect"] is None
+    assert [a["type"] for a in follow["appends"]] == [
+        "agent.thread_message_sent",
+        "agent.thread_message_received",
+    ]
+    runs = _decided("threads_follow_up_runs")  # the researcher runs again, with its whole history
+    assert runs["thread"] == "researcher" and runs["effect"]["kind"] == "call_model"
+    said = json.dumps(runs["effect"]["request"]["messages"])
+    assert (
+        "Find the capital of France." in said and "researcher says: done." in said and "Population?" in said
+    )
+    returns = _decided("threads_follow_up_returns")
+    assert returns["thread"] == "primary"
+    assert returns["appends"][2]["payload"]["content"][0]["text"] == "About 2.1 million."
+    refused = _decided("threads_follow_up_refused")
+    assert [a["type"] for a in refused["appends"]] == ["agent.tool_result"] * 2
+    assert all(a["payload"]["is_error"] for a in refused["appends"])
+    assert "no subagent thread 'sthr_nope'" in refused["appends"][0]["payload"]["content"][0]["text"]
+    assert "runs the agent 'writer'" in refused["appends"][1]["payload"]["content"][0]["text"]
 
     bad = _decided("threads_bad_delegation_input")
     assert [a["type"] for a in bad["appends"]] == ["agent.tool_result"]
@@ -355,3 +439,15 @@ def test_in_a_worker_run_environment_every_thread_leaves_toolset_calls_to_the_wo
     assert threads.roster and all(member.agent.worker_tools for member in threads.roster)
     plain = SessionThreads.for_session(SESSION, AgentSpec.from_json(SESSION_AGENT), SESSION_AGENT)
     assert not any(member.agent.worker_tools for member in plain.roster)
+
+
+def test_roster_agents_are_offered_the_sessions_skills() -> None:
+    """As the primary is (the skills are in the sandbox the subagents work in); not the advisor."""
+    offers = [{"skill_id": "skill_1", "version": "1", "name": "pdf", "description": "Read PDFs."}]
+    threads = SessionThreads.for_session(
+        SESSION, AgentSpec.from_json(SESSION_AGENT), SESSION_AGENT, skill_offers=offers
+    )
+    prompts = {m.name: json.dumps(m.agent.system_param()) for m in threads.roster}
+    assert "/mnt/skills/pdf/SKILL.md" in prompts["researcher"] and "You research." in prompts["researcher"]
+    assert "/mnt/skills/pdf/SKILL.md" in prompts["writer"]
+    assert "skills" not in prompts["advisor"]
