@@ -536,7 +536,8 @@ class ControlPlane:
         when ``webhooks.enabled`` (several processes may run them: docs/webhooks.md)."""
         assert self.store is not None
         cfg = self.config.webhooks
-        self.webhooks = WebhookOutbox(self.store, _utcnow, cfg)
+        # Endpoints cached for a second: every append asks (changes through this API forget it).
+        self.webhooks = WebhookOutbox(self.store, _utcnow, cfg, endpoints_ttl_s=1.0)
         if not cfg.enabled:
             return
         self.webhook_deliverer = WebhookDeliverer(

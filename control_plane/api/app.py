@@ -263,6 +263,7 @@ def _endpoint_service(services: ApiServices) -> EndpointService | None:
         services.clock,
         outbound=services.outbound,
         config=services.webhook_config,
+        changed=services.webhooks.forget_endpoints if services.webhooks is not None else None,
     )
 
 

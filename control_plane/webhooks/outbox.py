@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
@@ -80,17 +81,37 @@ class WebhookOutbox:
         config: WebhookConfig | None = None,
         *,
         wake: Callable[[], None] | None = None,
+        endpoints_ttl_s: float = 0.0,
     ) -> None:
         self._store = store
         self._clock = clock
         self._config = config or WebhookConfig()
         self.wake = wake
+        # The enabled endpoints as the session feed reads them (``cached=True``): at most once per
+        # ``endpoints_ttl_s`` (0: on every call), as every append asks. A change made through this
+        # process's API calls :meth:`forget_endpoints`; one made elsewhere holds here within the
+        # TTL — no event is lost meanwhile, as every process derives the log's events (the
+        # process that made the change, fresh, among them) to the same ids. Events only one
+        # process emits (``session.created``, deployment runs ...) always read them fresh.
+        self._endpoints_ttl_s = endpoints_ttl_s
+        self._endpoints: tuple[float, list[Resource]] | None = None
 
     def now(self) -> datetime:
         return self._clock()
 
-    async def endpoints(self) -> list[Resource]:
-        return await list_enabled_endpoints(self._store, self._config.max_endpoints)
+    async def endpoints(self, *, cached: bool = False) -> list[Resource]:
+        held = self._endpoints
+        if cached and held is not None and time.monotonic() - held[0] < self._endpoints_ttl_s:
+            return held[1]
+        read_at = time.monotonic()
+        found = await list_enabled_endpoints(self._store, self._config.max_endpoints)
+        if self._endpoints_ttl_s > 0:
+            self._endpoints = (read_at, found)
+        return found
+
+    def forget_endpoints(self) -> None:
+        """The endpoints changed: the next :meth:`endpoints` reads them again."""
+        self._endpoints = None
 
     async def emit(
         self,

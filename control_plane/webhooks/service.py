@@ -107,12 +107,14 @@ class EndpointService:
         *,
         outbound: OutboundGuard | None = None,
         config: WebhookConfig | None = None,
+        changed: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._secrets = secrets_
         self._clock = clock
         self._outbound = outbound or OutboundGuard()
         self._config = config or WebhookConfig()
+        self._changed = changed  # told after an endpoint was made, changed or deleted (the outbox's cache)
 
     # -- reads -----------------------------------------------------------------------------
     async def get(self, endpoint_id: str, viewer: Viewer) -> Resource:
@@ -154,6 +156,7 @@ class EndpointService:
         secret = self._secrets.new_secret()
         body["sealed_secret"] = await self._secrets.seal(endpoint_id, secret)
         res = await self._store.create_resource(ENDPOINT_KIND, endpoint_id, body, self._clock())
+        self._tell_changed()
         return EndpointView(res, secret)
 
     async def update(self, endpoint_id: str, command: UpdateEndpoint, viewer: Viewer) -> Resource:
@@ -182,13 +185,20 @@ class EndpointService:
         """Deliveries still pending for it end ``failed`` ("endpoint deleted") when next due."""
         await self.get(endpoint_id, viewer)
         await self._store.delete_resource(ENDPOINT_KIND, endpoint_id)
+        self._tell_changed()
+
+    def _tell_changed(self) -> None:
+        if self._changed is not None:
+            self._changed()
 
     # -- rules -----------------------------------------------------------------------------
     async def _write(self, current: Resource, body: dict[str, Any]) -> Resource:
         try:
-            return await self._store.update_resource(
+            written = await self._store.update_resource(
                 ENDPOINT_KIND, current.id, body, self._clock(), expected_version=current.version
             )
+            self._tell_changed()
+            return written
         except Conflict:
             raise Conflict(f"webhook endpoint {current.id!r} changed meanwhile; retry") from None
 

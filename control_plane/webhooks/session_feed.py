@@ -63,7 +63,7 @@ class SessionWebhookFeed:
     # -- catching up -------------------------------------------------------------------------
     async def catch_up(self, session_id: str) -> int:
         """Derive the webhooks of the session's events past its cursor; returns how many."""
-        endpoints = await self._outbox.endpoints()
+        endpoints = await self._outbox.endpoints(cached=True)
         if not endpoints:
             return 0
         upto = await self._store.last_seq(session_id)
@@ -131,7 +131,7 @@ class SessionWebhookFeed:
     async def scan(self) -> int:
         """Mark every session whose log is past what this process knows as to be caught up;
         returns how many were marked (nothing while there is no enabled endpoint)."""
-        if not await self._outbox.endpoints():
+        if not await self._outbox.endpoints(cached=True):
             return 0
         marked, cursor = 0, None
         while True:
